@@ -1,0 +1,49 @@
+# Small helpers shared by every folder: warnings, sanitizers, one library per folder, tests.
+
+if(CMAKE_CXX_COMPILER_LAUNCHER STREQUAL "")
+  find_program(TY_CCACHE ccache)
+  if(TY_CCACHE)
+    set(CMAKE_CXX_COMPILER_LAUNCHER ${TY_CCACHE})
+  endif()
+endif()
+
+if(TY_SANITIZE)
+  if(NOT TY_SANITIZE MATCHES "^(address|undefined|thread)$")
+    message(FATAL_ERROR "TY_SANITIZE is '${TY_SANITIZE}'; it must be address, undefined or thread")
+  endif()
+  set(TY_SANITIZE_FLAGS -fsanitize=${TY_SANITIZE} -fno-omit-frame-pointer)
+  if(TY_SANITIZE STREQUAL "undefined")
+    list(APPEND TY_SANITIZE_FLAGS -fno-sanitize-recover=undefined)
+  endif()
+endif()
+
+# Flags for code we write (not for third-party headers).
+function(ty_target_flags target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror ${TY_SANITIZE_FLAGS})
+  target_link_options(${target} PRIVATE ${TY_SANITIZE_FLAGS})
+endfunction()
+
+# ty_library(NAME SOURCES... [DEPS libs...]): one static library per folder, rooted includes.
+function(ty_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  ty_target_flags(${name})
+  # Sanitizer flags must reach every binary that links us.
+  target_link_options(${name} INTERFACE ${TY_SANITIZE_FLAGS})
+endfunction()
+
+# ty_test(NAME SOURCES... DEPS libs...): one gtest binary; each test case is its own ctest entry.
+include(GoogleTest)
+function(ty_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  if(NOT ARG_SOURCES)
+    return()
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  ty_target_flags(${name})
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
+                       PROPERTIES TIMEOUT 120)
+endfunction()

@@ -1,0 +1,61 @@
+#include "worker/autograd/accumulate_grad.h"
+
+#include "kernels/cpu/elementwise.h"
+
+namespace trainyard::autograd {
+namespace {
+
+// leaf_grad += g, in place (keeps .grad's storage, which may be a view owned by someone else).
+void AddInPlace(const Tensor& leaf_grad, const Tensor& g) {
+  const int64_t* strides[3] = {leaf_grad.strides().data(), leaf_grad.strides().data(),
+                               g.strides().data()};
+  auto it = kernels::cpu::MakeIter(static_cast<int>(leaf_grad.dim()), leaf_grad.shape().data(),
+                                   3, strides);
+  TY_DISPATCH_FLOATING(leaf_grad.dtype(), "gradient accumulation", [&] {
+    kernels::cpu::Binary<scalar_t>(kernels::cpu::BinaryOp::kAdd, it,
+                                   leaf_grad.data<scalar_t>(), leaf_grad.data<scalar_t>(),
+                                   g.data<scalar_t>(), scalar_t(1));
+  });
+  leaf_grad.BumpVersion();
+}
+
+}  // namespace
+
+GradList AccumulateGrad::Apply(GradList&& grads) {
+  Tensor g = std::move(grads[0]);
+  Tensor leaf(leaf_);
+  if (!g.defined()) return {};
+  if (leaf_->meta) {
+    for (auto& hook : leaf_->meta->hooks) {
+      Tensor replaced = hook(g);
+      if (replaced.defined()) g = replaced;
+    }
+  }
+  TY_CHECK(g.shape() == leaf.shape()) << "AccumulateGrad: gradient of shape " << g.shape()
+                                      << " for a leaf of shape " << leaf.shape();
+  Tensor existing = leaf.grad();
+  if (!existing.defined()) {
+    // Steal the incoming buffer when nobody else can see it; otherwise copy.
+    bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                     g.is_contiguous() && g.dtype() == leaf.dtype();
+    leaf.set_grad(exclusive ? g.detach() : ConvertTo(g, leaf.dtype(), /*force_copy=*/true));
+  } else {
+    AddInPlace(existing, g);
+  }
+  if (leaf_->meta) {
+    for (auto& hook : leaf_->meta->post_accumulate_hooks) hook(leaf);
+  }
+  return {};
+}
+
+std::shared_ptr<Node> GradAccumulator(const Tensor& leaf) {
+  AutogradMeta& meta = leaf.impl()->mutable_meta();
+  std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
+    meta.grad_accumulator = acc;
+  }
+  return acc;
+}
+
+}  // namespace trainyard::autograd

@@ -1,0 +1,137 @@
+#include "worker/autograd/node.h"
+
+#include "kernels/cpu/elementwise.h"
+#include "worker/autograd/accumulate_grad.h"
+#include "worker/autograd/grad_mode.h"
+
+namespace trainyard::autograd {
+namespace {
+thread_local uint64_t tl_next_sequence_nr = 0;
+thread_local Status tl_backward_error;
+}  // namespace
+
+void SetBackwardError(Status status) {
+  if (tl_backward_error.ok()) tl_backward_error = std::move(status);
+}
+
+Status TakeBackwardError() {
+  Status s = std::move(tl_backward_error);
+  tl_backward_error = Status();
+  return s;
+}
+
+SavedTensor::SavedTensor(const Tensor& t, bool is_output)
+    : tensor_(is_output && t.defined() ? t.detach() : t),
+      version_(t.defined() ? t.version() : 0) {}
+
+Node::Node(uint32_t num_outputs)
+    : num_outputs_(num_outputs), sequence_nr_(tl_next_sequence_nr++) {}
+
+size_t Node::Save(const Tensor& t, bool is_output) {
+  saved_.emplace_back(t, is_output);
+  return saved_.size() - 1;
+}
+
+Status Node::CheckSaved() const {
+  if (released_ && !saved_.empty()) {
+    return FailedPreconditionError(
+        std::string("trying to backward through the graph a second time: ") + name() +
+        " has already freed its saved tensors; pass retain_graph=true to the first backward "
+        "if you need to backward through the graph again");
+  }
+  for (size_t i = 0; i < saved_.size(); ++i) {
+    const SavedTensor& s = saved_[i];
+    if (s.defined() && s.tensor().version() != s.saved_version()) {
+      return FailedPreconditionError(
+          std::string("one of the tensors needed for gradient computation has been modified "
+                      "by an in-place operation: tensor ") +
+          std::to_string(i) + " saved by " + name() + " (shape " +
+          s.tensor().shape().ToString() + ") is at version " +
+          std::to_string(s.tensor().version()) + "; expected version " +
+          std::to_string(s.saved_version()) +
+          "; compute with a copy instead of changing it in place");
+    }
+  }
+  return OkStatus();
+}
+
+void Node::ReleaseSaved() {
+  if (saved_.empty()) return;
+  saved_.clear();
+  saved_.shrink_to_fit();
+  released_ = true;
+}
+
+void Node::AddRetainGrad(uint32_t output_nr, const std::shared_ptr<TensorImpl>& tensor) {
+  for (auto& r : retain_)
+    if (r.first == output_nr && r.second.lock() == tensor) return;
+  retain_.emplace_back(output_nr, tensor);
+}
+
+void Node::RunPreHooks(GradList& grads) {
+  for (auto& [nr, hook] : pre_hooks_) {
+    if (!grads[nr].defined()) continue;
+    Tensor replaced = hook(grads[nr]);
+    if (replaced.defined()) grads[nr] = replaced;
+  }
+  for (auto& [nr, weak] : retain_) {
+    std::shared_ptr<TensorImpl> impl = weak.lock();
+    if (!impl || !grads[nr].defined()) continue;
+    Tensor t(impl);
+    Tensor g = t.grad();
+    if (!g.defined()) {
+      t.set_grad(ConvertTo(grads[nr], grads[nr].dtype(), /*force_copy=*/true));
+    } else {
+      AccumulateInto(g, grads[nr]);
+      t.set_grad(g);
+    }
+  }
+}
+
+Edge GradientEdge(const Tensor& t) {
+  if (!t.defined()) return Edge{};
+  if (t.grad_fn()) return Edge{t.grad_fn(), t.output_nr()};
+  if (t.requires_grad()) return Edge{GradAccumulator(t), 0};
+  return Edge{};
+}
+
+bool ShouldRecord(std::initializer_list<const Tensor*> inputs) {
+  if (!GradMode::IsEnabled()) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool ShouldRecord(const std::vector<Tensor>& inputs) {
+  if (!GradMode::IsEnabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void SetHistory(const Tensor& out, const std::shared_ptr<Node>& fn, uint32_t output_nr) {
+  TensorImpl* impl = out.impl();
+  TY_CHECK(impl->grad_fn == nullptr) << "SetHistory: tensor already has a grad_fn";
+  impl->grad_fn = fn;
+  impl->output_nr = output_nr;
+  impl->requires_grad = true;
+}
+
+void AccumulateInto(Tensor& slot, const Tensor& g) {
+  if (!slot.defined()) {
+    slot = g;
+    return;
+  }
+  TY_CHECK(slot.shape() == g.shape())
+      << "gradient shapes differ: " << slot.shape() << " vs " << g.shape();
+  Tensor out = Empty(slot.shape(), slot.options());
+  const int64_t* strides[3] = {out.strides().data(), slot.strides().data(), g.strides().data()};
+  auto it = kernels::cpu::MakeIter(static_cast<int>(out.dim()), out.shape().data(), 3, strides);
+  TY_DISPATCH_FLOATING(out.dtype(), "gradient accumulation", [&] {
+    kernels::cpu::Binary<scalar_t>(kernels::cpu::BinaryOp::kAdd, it, out.data<scalar_t>(),
+                                   slot.data<scalar_t>(), g.data<scalar_t>(), scalar_t(1));
+  });
+  slot = out;
+}
+
+}  // namespace trainyard::autograd

@@ -1,0 +1,271 @@
+#include "worker/ops/indexing.h"
+
+#include "kernels/cpu/indexing.h"
+#include "worker/ops/common.h"
+#include "worker/ops/elementwise.h"
+#include "worker/ops/record.h"
+#include "worker/ops/views.h"
+#include "worker/tensor/factories.h"
+#include "worker/tensor/views.h"
+
+namespace trainyard::ops {
+
+namespace kc = kernels::cpu;
+using autograd::SetHistory;
+using autograd::ShouldRecord;
+
+void CheckIndices(const Tensor& index, int64_t size, int64_t dim, const char* op_name) {
+  TY_CHECK(index.dtype() == DType::kInt64)
+      << op_name << ": indices must be int64, got " << DTypeName(index.dtype());
+  Tensor c = ContiguousData(index);
+  const int64_t* p = c.data<int64_t>();
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    TY_CHECK(p[i] >= 0 && p[i] < size) << op_name << ": index " << p[i]
+                                       << " is out of range for dim " << dim << " of size "
+                                       << size;
+  }
+}
+
+Tensor Cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  TY_CHECK(!tensors.empty()) << "cat: expected at least one tensor";
+  const Tensor& first = tensors[0];
+  dim = WrapDim(dim, first.dim(), "cat");
+  Shape shape = first.shape();
+  int64_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    TY_CHECK(t.dim() == first.dim() && t.dtype() == first.dtype())
+        << "cat: tensor " << i << " has shape " << t.shape() << " and dtype "
+        << DTypeName(t.dtype()) << "; expected " << first.dim() << " dims of "
+        << DTypeName(first.dtype());
+    for (int64_t d = 0; d < first.dim(); ++d)
+      TY_CHECK(d == dim || t.shape()[d] == shape[d])
+          << "cat: tensor " << i << " has shape " << t.shape() << ", expected " << shape
+          << " except in dim " << dim;
+    total += t.shape()[dim];
+  }
+  shape[dim] = total;
+  Tensor out = Empty(shape, first.options());
+  std::vector<int64_t> sizes;
+  int64_t start = 0;
+  for (const Tensor& t : tensors) {
+    CopyInto(views::Narrow(out, dim, start, t.shape()[dim]), t);
+    sizes.push_back(t.shape()[dim]);
+    start += t.shape()[dim];
+  }
+  if (ShouldRecord(tensors)) {
+    auto node = RecordList("CatBackward0", tensors, [dim, sizes](Node& n, GradList&& g) {
+      GradList r(sizes.size());
+      int64_t s = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        if (NeedsGrad(n, i)) r[i] = views::Narrow(g[0], dim, s, sizes[i]);
+        s += sizes[i];
+      }
+      return r;
+    });
+    SetHistory(out, node);
+  }
+  return out;
+}
+
+Tensor Stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  TY_CHECK(!tensors.empty()) << "stack: expected at least one tensor";
+  dim = WrapDim(dim, tensors[0].dim() + 1, "stack");
+  std::vector<Tensor> parts;
+  for (const Tensor& t : tensors) {
+    TY_CHECK(t.shape() == tensors[0].shape()) << "stack: shapes differ: " << t.shape() << " vs "
+                                              << tensors[0].shape();
+    parts.push_back(Unsqueeze(t, dim));
+  }
+  return Cat(parts, dim);
+}
+
+std::vector<Tensor> Split(const Tensor& x, int64_t split_size, int64_t dim) {
+  TY_CHECK(split_size > 0) << "split: split_size " << split_size << " must be positive";
+  dim = WrapDim(dim, x.dim(), "split");
+  std::vector<Tensor> out;
+  const int64_t n = x.shape()[dim];
+  for (int64_t s = 0; s < n || (n == 0 && out.empty()); s += split_size) {
+    out.push_back(Narrow(x, dim, s, std::min(split_size, n - s)));
+    if (n == 0) break;
+  }
+  return out;
+}
+
+namespace {
+// Moves dim to the front and makes it contiguous: rows of the result are x's slices.
+Tensor DimToFront(const Tensor& x, int64_t dim) {
+  return ContiguousData(dim == 0 ? x : views::Transpose(x, 0, dim));
+}
+}  // namespace
+
+Tensor IndexSelect(const Tensor& x, int64_t dim, const Tensor& index) {
+  CheckFloating(x, "index_select");
+  TY_CHECK(index.dim() <= 1) << "index_select: index must be 1-D, got shape " << index.shape();
+  dim = WrapDim(dim, x.dim(), "index_select");
+  CheckIndices(index, x.shape()[dim], dim, "index_select");
+  Tensor idx = ContiguousData(index);
+  Tensor front = DimToFront(x, dim);
+  Shape fshape = front.shape();
+  const int64_t row = fshape[0] == 0 ? 0 : front.numel() / fshape[0];
+  fshape[0] = idx.numel();
+  Tensor out_front = Empty(fshape, x.options());
+  TY_DISPATCH_FLOATING(x.dtype(), "index_select", [&] {
+    kc::IndexRows<scalar_t>(front.data<scalar_t>(), row, idx.data<int64_t>(), idx.numel(),
+                            out_front.data<scalar_t>());
+  });
+  Tensor out = ContiguousData(dim == 0 ? out_front : views::Transpose(out_front, 0, dim));
+  if (ShouldRecord({&x})) {
+    auto node = Record("IndexSelectBackward0", {&x},
+                       [shape = x.shape(), dim, row](Node& n, GradList&& g) {
+                         const Tensor& idx = n.saved(0);
+                         Shape fs = shape;
+                         std::swap(fs[0], fs[dim]);
+                         Tensor gx_front = Zeros(fs, g[0].options());
+                         Tensor gf = DimToFront(g[0], dim);
+                         TY_DISPATCH_FLOATING(gf.dtype(), "index_select backward", [&] {
+                           kc::IndexAddRows<scalar_t>(gx_front.data<scalar_t>(), row,
+                                                      idx.data<int64_t>(), idx.numel(),
+                                                      gf.data<scalar_t>());
+                         });
+                         return GradList{dim == 0 ? gx_front : views::Transpose(gx_front, 0, dim)};
+                       });
+    node->Save(idx);
+    SetHistory(out, node);
+  }
+  return out;
+}
+
+namespace {
+void CheckGatherShapes(const Tensor& x, int64_t dim, const Tensor& index, const char* name) {
+  TY_CHECK(index.dim() == x.dim()) << name << ": index has " << index.dim() << " dims, input "
+                                   << x.dim();
+  for (int64_t d = 0; d < x.dim(); ++d)
+    TY_CHECK(d == dim || index.shape()[d] <= x.shape()[d])
+        << name << ": index shape " << index.shape() << " exceeds input shape " << x.shape()
+        << " in dim " << d;
+  CheckIndices(index, x.dim() == 0 ? 1 : x.shape()[dim], dim, name);
+}
+}  // namespace
+
+Tensor Gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  CheckFloating(x, "gather");
+  dim = WrapDim(dim, x.dim(), "gather");
+  CheckGatherShapes(x, dim, index, "gather");
+  Tensor idx = ContiguousData(index);
+  Tensor out = Empty(idx.shape(), x.options());
+  kc::ArrayRef xa{static_cast<int>(x.dim()), x.shape().data(), x.strides().data()};
+  kc::ArrayRef ia{static_cast<int>(idx.dim()), idx.shape().data(), idx.strides().data()};
+  TY_DISPATCH_FLOATING(x.dtype(), "gather", [&] {
+    kc::Gather<scalar_t>(x.data<scalar_t>(), xa, static_cast<int>(dim), idx.data<int64_t>(), ia,
+                         out.data<scalar_t>());
+  });
+  if (ShouldRecord({&x})) {
+    auto node = Record("GatherBackward0", {&x}, [shape = x.shape(), dim](Node& n, GradList&& g) {
+      return GradList{ScatterAdd(Zeros(shape, g[0].options()), dim, n.saved(0), g[0])};
+    });
+    node->Save(idx);
+    SetHistory(out, node);
+  }
+  return out;
+}
+
+Tensor ScatterAdd(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  CheckSameFloating(self, src, "scatter_add");
+  dim = WrapDim(dim, self.dim(), "scatter_add");
+  CheckGatherShapes(self, dim, index, "scatter_add");
+  TY_CHECK(src.shape() == index.shape()) << "scatter_add: src shape " << src.shape()
+                                         << " must equal index shape " << index.shape();
+  Tensor idx = ContiguousData(index);
+  Tensor s = ContiguousData(src);
+  Tensor out = ConvertTo(self, self.dtype(), /*force_copy=*/true);
+  kc::ArrayRef oa{static_cast<int>(out.dim()), out.shape().data(), out.strides().data()};
+  kc::ArrayRef ia{static_cast<int>(idx.dim()), idx.shape().data(), idx.strides().data()};
+  TY_DISPATCH_FLOATING(self.dtype(), "scatter_add", [&] {
+    kc::ScatterAdd<scalar_t>(out.data<scalar_t>(), oa, static_cast<int>(dim),
+                             idx.data<int64_t>(), ia, s.data<scalar_t>());
+  });
+  if (ShouldRecord({&self, &src})) {
+    auto node = Record("ScatterAddBackward0", {&self, &src}, [dim](Node& n, GradList&& g) {
+      GradList r(2);
+      if (NeedsGrad(n, 0)) r[0] = g[0];
+      if (NeedsGrad(n, 1)) r[1] = Gather(g[0], dim, n.saved(0));
+      return r;
+    });
+    node->Save(idx);
+    SetHistory(out, node);
+  }
+  return out;
+}
+
+Tensor MaskedFill(const Tensor& x, const Tensor& mask, double value) {
+  CheckFloating(x, "masked_fill");
+  TY_CHECK(mask.dtype() == DType::kBool || mask.dtype() == DType::kUInt8)
+      << "masked_fill: mask must be bool, got " << DTypeName(mask.dtype());
+  BroadcastShapes(x.shape(), mask.shape(), "masked_fill");
+  Tensor fill = Scalar(value, x.options());
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    out = Where(mask, fill, x);
+  }
+  TY_CHECK(out.shape() == x.shape()) << "masked_fill: mask shape " << mask.shape()
+                                     << " must broadcast to the input shape " << x.shape();
+  if (ShouldRecord({&x})) {
+    auto node = Record("MaskedFillBackward0", {&x}, [](Node& n, GradList&& g) {
+      return GradList{Where(n.saved(0), ZerosLike(g[0]), g[0])};
+    });
+    node->Save(mask);
+    SetHistory(out, node);
+  }
+  return out;
+}
+
+Tensor OneHot(const Tensor& index, int64_t num_classes) {
+  TY_CHECK(num_classes > 0) << "one_hot: num_classes " << num_classes << " must be positive";
+  CheckIndices(index, num_classes, index.dim(), "one_hot");
+  Tensor idx = ContiguousData(index);
+  Shape shape = idx.shape();
+  shape.push_back(num_classes);
+  Tensor out = Zeros(shape, Options(DType::kInt64));
+  int64_t* o = out.data<int64_t>();
+  const int64_t* p = idx.data<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i) o[i * num_classes + p[i]] = 1;
+  return out;
+}
+
+Tensor Embedding(const Tensor& weight, const Tensor& indices) {
+  CheckFloating(weight, "embedding");
+  TY_CHECK(weight.dim() == 2) << "embedding: weight must be (num_embeddings, dim), got "
+                              << weight.shape();
+  CheckIndices(indices, weight.shape()[0], 0, "embedding");
+  Tensor idx = ContiguousData(indices);
+  Tensor w = ContiguousData(weight);
+  const int64_t d = weight.shape()[1];
+  Shape shape = idx.shape();
+  shape.push_back(d);
+  Tensor out = Empty(shape, weight.options());
+  TY_DISPATCH_FLOATING(weight.dtype(), "embedding", [&] {
+    kc::IndexRows<scalar_t>(w.data<scalar_t>(), d, idx.data<int64_t>(), idx.numel(),
+                            out.data<scalar_t>());
+  });
+  if (ShouldRecord({&weight})) {
+    auto node = Record("EmbeddingBackward0", {&weight},
+                       [wshape = weight.shape()](Node& n, GradList&& g) {
+                         const Tensor& idx = n.saved(0);
+                         Tensor gw = Zeros(wshape, g[0].options());
+                         Tensor gc = ContiguousData(g[0]);
+                         TY_DISPATCH_FLOATING(gc.dtype(), "embedding backward", [&] {
+                           kc::IndexAddRows<scalar_t>(gw.data<scalar_t>(), wshape[1],
+                                                      idx.data<int64_t>(), idx.numel(),
+                                                      gc.data<scalar_t>());
+                         });
+                         return GradList{gw};
+                       });
+    node->Save(idx);
+    SetHistory(out, node);
+  }
+  return out;
+}
+
+}  // namespace trainyard::ops

@@ -1,0 +1,31 @@
+#include "worker/tensor/device.h"
+
+#include <cstdlib>
+
+namespace trainyard {
+
+StatusOr<Device> Device::Parse(const std::string& text) {
+  if (text == "cpu") return Device::Cpu();
+  if (text == "cuda") return Device::Cuda(0);
+  if (text.rfind("cuda:", 0) == 0) {
+    std::string idx = text.substr(5);
+    bool digits = !idx.empty() && idx.size() <= 4 &&
+                  idx.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) return Device::Cuda(std::atoi(idx.c_str()));
+  }
+  return InvalidArgumentError("device \"" + text +
+                              "\" is not valid; use \"cpu\", \"cuda\" or \"cuda:N\"");
+}
+
+std::string Device::ToString() const {
+  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
+}
+
+Status CheckDeviceAvailable(Device device) {
+  if (device.is_cpu()) return OkStatus();
+  return FailedPreconditionError("device " + device.ToString() +
+                                 " is not available: this build has no CUDA backend "
+                                 "(libtrainyard_cuda.so); use device \"cpu\"");
+}
+
+}  // namespace trainyard

@@ -1,0 +1,156 @@
+#include "worker/tensor/factories.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/copy.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/random.h"
+
+namespace trainyard {
+
+namespace kc = kernels::cpu;
+
+Generator& DefaultGenerator() {
+  static Generator gen(0);
+  return gen;
+}
+
+namespace {
+// Fills contiguous memory through an integer view of the bits for 16-bit and bool types.
+template <typename T>
+void FillTyped(void* p, int64_t n, double value) {
+  T v = kc::Cast<T>(value);
+  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+    kc::Fill<uint16_t>(n, static_cast<uint16_t*>(p), v.bits);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    kc::Fill<uint8_t>(n, static_cast<uint8_t*>(p), v ? 1 : 0);
+  } else {
+    kc::Fill<T>(n, static_cast<T*>(p), v);
+  }
+}
+}  // namespace
+
+void FillInPlace(const Tensor& t, double value) {
+  Tensor c = t.is_contiguous() ? t : Empty(t.shape(), t.options());
+  TY_DISPATCH_ALL(t.dtype(), "fill", [&] { FillTyped<scalar_t>(c.raw_data(), c.numel(), value); });
+  if (!t.is_contiguous()) CopyInto(t, c);
+  t.BumpVersion();
+}
+
+Tensor Full(const Shape& shape, double value, TensorOptions options) {
+  bool rg = options.requires_grad;
+  Tensor t = Empty(shape, options.set_requires_grad(false));
+  FillInPlace(t, value);
+  if (rg) t.set_requires_grad(true);
+  return t;
+}
+Tensor Zeros(const Shape& shape, TensorOptions options) { return Full(shape, 0, options); }
+Tensor Ones(const Shape& shape, TensorOptions options) { return Full(shape, 1, options); }
+Tensor ZerosLike(const Tensor& t) { return Zeros(t.shape(), t.options()); }
+Tensor OnesLike(const Tensor& t) { return Ones(t.shape(), t.options()); }
+Tensor FullLike(const Tensor& t, double value) { return Full(t.shape(), value, t.options()); }
+Tensor Scalar(double value, TensorOptions options) { return Full(Shape{}, value, options); }
+
+Tensor Arange(double start, double end, double step, TensorOptions options) {
+  TY_CHECK(step != 0) << "arange: step must not be zero";
+  double count = std::ceil((end - start) / step);
+  int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  Tensor t = Empty(Shape{n}, options.set_requires_grad(false));
+  TY_DISPATCH_ALL(t.dtype(), "arange", [&] {
+    scalar_t* p = static_cast<scalar_t*>(t.raw_data());
+    for (int64_t i = 0; i < n; ++i) p[i] = kc::Cast<scalar_t>(start + step * i);
+  });
+  if (options.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+Tensor Arange(double end, TensorOptions options) { return Arange(0, end, 1, options); }
+
+void UniformInPlace(const Tensor& t, double lo, double hi, Generator* gen) {
+  if (gen == nullptr) gen = &DefaultGenerator();
+  Tensor c = t.is_contiguous() && t.dtype() != DType::kBFloat16 && t.dtype() != DType::kFloat16
+                 ? t
+                 : Empty(t.shape(), t.options().set_dtype(DType::kFloat32));
+  uint64_t offset = gen->Reserve(kc::CountersFor(c.numel()));
+  TY_DISPATCH_FLOATING(c.dtype(), "uniform", [&] {
+    kc::FillUniform<scalar_t>(c.numel(), c.data<scalar_t>(), gen->seed(), offset,
+                              static_cast<scalar_t>(lo), static_cast<scalar_t>(hi));
+  });
+  if (c.impl() != t.impl()) CopyInto(t, c);
+  t.BumpVersion();
+}
+
+void NormalInPlace(const Tensor& t, double mean, double std, Generator* gen) {
+  if (gen == nullptr) gen = &DefaultGenerator();
+  Tensor c = t.is_contiguous() && t.dtype() != DType::kBFloat16 && t.dtype() != DType::kFloat16
+                 ? t
+                 : Empty(t.shape(), t.options().set_dtype(DType::kFloat32));
+  uint64_t offset = gen->Reserve(kc::CountersFor(c.numel()));
+  TY_DISPATCH_FLOATING(c.dtype(), "normal", [&] {
+    kc::FillNormal<scalar_t>(c.numel(), c.data<scalar_t>(), gen->seed(), offset,
+                             static_cast<scalar_t>(mean), static_cast<scalar_t>(std));
+  });
+  if (c.impl() != t.impl()) CopyInto(t, c);
+  t.BumpVersion();
+}
+
+Tensor Uniform(const Shape& shape, double lo, double hi, TensorOptions options, Generator* gen) {
+  TY_CHECK(IsFloating(options.dtype)) << "uniform: dtype must be floating, got "
+                                      << DTypeName(options.dtype);
+  bool rg = options.requires_grad;
+  Tensor t = Empty(shape, options.set_requires_grad(false));
+  UniformInPlace(t, lo, hi, gen);
+  if (rg) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor Normal(const Shape& shape, double mean, double std, TensorOptions options,
+              Generator* gen) {
+  TY_CHECK(IsFloating(options.dtype)) << "normal: dtype must be floating, got "
+                                      << DTypeName(options.dtype);
+  bool rg = options.requires_grad;
+  Tensor t = Empty(shape, options.set_requires_grad(false));
+  NormalInPlace(t, mean, std, gen);
+  if (rg) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor Rand(const Shape& shape, TensorOptions options, Generator* gen) {
+  return Uniform(shape, 0, 1, options, gen);
+}
+Tensor Randn(const Shape& shape, TensorOptions options, Generator* gen) {
+  return Normal(shape, 0, 1, options, gen);
+}
+
+Tensor RandInt(const Shape& shape, int64_t lo, int64_t hi, TensorOptions options,
+               Generator* gen) {
+  TY_CHECK(hi > lo) << "randint: high " << hi << " must be above low " << lo;
+  Tensor u = Uniform(shape, 0, 1, Options(DType::kFloat64), gen);
+  Tensor t = Empty(shape, options);
+  const double* up = u.data<double>();
+  TY_DISPATCH_ALL(t.dtype(), "randint", [&] {
+    scalar_t* p = static_cast<scalar_t*>(t.raw_data());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      int64_t v = lo + static_cast<int64_t>(up[i] * static_cast<double>(hi - lo));
+      p[i] = kc::Cast<scalar_t>(v < hi ? v : hi - 1);
+    }
+  });
+  return t;
+}
+
+template <typename T>
+Tensor FromVector(const std::vector<T>& values, const Shape& shape, bool requires_grad) {
+  TY_CHECK(static_cast<int64_t>(values.size()) == shape.numel())
+      << "FromVector: " << values.size() << " values for shape " << shape;
+  Tensor t = Empty(shape, Options(DTypeOf<T>::value));
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+template Tensor FromVector<float>(const std::vector<float>&, const Shape&, bool);
+template Tensor FromVector<double>(const std::vector<double>&, const Shape&, bool);
+template Tensor FromVector<int64_t>(const std::vector<int64_t>&, const Shape&, bool);
+template Tensor FromVector<int32_t>(const std::vector<int32_t>&, const Shape&, bool);
+template Tensor FromVector<uint8_t>(const std::vector<uint8_t>&, const Shape&, bool);
+
+}  // namespace trainyard

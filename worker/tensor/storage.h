@@ -1,0 +1,35 @@
+// Storage: one block of memory on one device, shared by every tensor that views it.
+// The version counter counts in-place writes through any of those views; autograd compares it
+// with the version it saved to detect a tensor changed after being saved for backward.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "worker/tensor/device.h"
+
+namespace trainyard {
+
+class Storage {
+ public:
+  // Allocates nbytes on `device` (CPU: the caching allocator). The device must be available.
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  std::atomic<uint32_t> version_{0};
+};
+
+}  // namespace trainyard
