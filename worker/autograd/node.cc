@@ -24,6 +24,22 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output)
     : tensor_(is_output && t.defined() ? t.detach() : t),
       version_(t.defined() ? t.version() : 0) {}
 
+Node::~Node() {
+  thread_local bool tl_deleting = false;
+  thread_local std::vector<std::shared_ptr<Node>> tl_pending;
+  for (size_t i = 0; i < edges_.size(); ++i) {
+    if (edges_[i].fn && edges_[i].fn.use_count() == 1) tl_pending.push_back(std::move(edges_[i].fn));
+  }
+  if (tl_deleting) return;  // an outer destructor drains the list
+  tl_deleting = true;
+  while (!tl_pending.empty()) {
+    std::shared_ptr<Node> n = std::move(tl_pending.back());
+    tl_pending.pop_back();
+    n.reset();  // may push its own children
+  }
+  tl_deleting = false;
+}
+
 Node::Node(uint32_t num_outputs)
     : num_outputs_(num_outputs), sequence_nr_(tl_next_sequence_nr++) {}
 
@@ -33,7 +49,7 @@ size_t Node::Save(const Tensor& t, bool is_output) {
 }
 
 Status Node::CheckSaved() const {
-  if (released_ && !saved_.empty()) {
+  if (released_) {  // set only when there were saved tensors to free
     return FailedPreconditionError(
         std::string("trying to backward through the graph a second time: ") + name() +
         " has already freed its saved tensors; pass retain_graph=true to the first backward "

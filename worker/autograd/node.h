@@ -48,7 +48,8 @@ class SavedTensor {
 class Node : public std::enable_shared_from_this<Node> {
  public:
   explicit Node(uint32_t num_outputs = 1);
-  virtual ~Node() = default;
+  // Frees the nodes below iteratively, so dropping a long chain never recurses deeply.
+  virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
