@@ -9,10 +9,11 @@
 namespace trainyard::kernels::cpu {
 namespace {
 
-// Sum of a contiguous run with 16 independent accumulators (vectorisable, and more accurate
-// than one running sum).
+// Sum of a contiguous run: blocks of 2048 are summed with 16 independent float lanes
+// (vectorisable), and block sums are added in double, so a million-element row keeps about
+// float precision instead of drifting like one running sum.
 template <typename T>
-TY_SIMD T SumRun(const T* x, int64_t n) {
+TY_SIMD T SumBlock(const T* x, int64_t n) {
   T acc[16] = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -22,6 +23,15 @@ TY_SIMD T SumRun(const T* x, int64_t n) {
   for (int j = 0; j < 8; ++j) acc[j] += acc[j + 8];
   for (int j = 0; j < 4; ++j) acc[j] += acc[j + 4];
   return s + ((acc[0] + acc[2]) + (acc[1] + acc[3]));
+}
+
+template <typename T>
+T SumRun(const T* x, int64_t n) {
+  constexpr int64_t kBlock = 2048;
+  if (n <= kBlock) return SumBlock(x, n);
+  double total = 0;
+  for (int64_t i = 0; i < n; i += kBlock) total += SumBlock(x + i, std::min(kBlock, n - i));
+  return static_cast<T>(total);
 }
 
 // acc[i] += x[i] for i < n (one row of a column reduction).
