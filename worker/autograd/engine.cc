@@ -73,7 +73,6 @@ void Engine::Prepare(Node* root) {
   std::vector<Frame> stack;
   root->run_id_ = run_id_;
   root->deps_ = 0;
-  root->pending_.clear();
   root->needed_ = !capturing();
   stack.push_back({root, 0});
   while (!stack.empty()) {
@@ -84,8 +83,7 @@ void Engine::Prepare(Node* root) {
       if (child == nullptr) continue;
       if (child->run_id_ != run_id_) {
         child->run_id_ = run_id_;
-        child->deps_ = 1;
-        child->pending_.clear();
+        child->deps_ = 1;  // pending_ is empty: every run leaves it so
         child->needed_ = !capturing() || capture_nodes_.count(child) > 0;
         stack.push_back({child, 0});
       } else {

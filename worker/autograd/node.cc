@@ -140,14 +140,17 @@ void AccumulateInto(Tensor& slot, const Tensor& g) {
   }
   TY_CHECK(slot.shape() == g.shape())
       << "gradient shapes differ: " << slot.shape() << " vs " << g.shape();
-  Tensor out = Empty(slot.shape(), slot.options());
+  // A sum we made ourselves and nobody else holds can take the next term in place.
+  const bool exclusive = slot.impl_ptr().use_count() == 1 && slot.storage().use_count() == 1 &&
+                         slot.is_contiguous() && !slot.requires_grad();
+  Tensor out = exclusive ? slot : Empty(slot.shape(), slot.options());
   const int64_t* strides[3] = {out.strides().data(), slot.strides().data(), g.strides().data()};
   auto it = kernels::cpu::MakeIter(static_cast<int>(out.dim()), out.shape().data(), 3, strides);
   TY_DISPATCH_FLOATING(out.dtype(), "gradient accumulation", [&] {
     kernels::cpu::Binary<scalar_t>(kernels::cpu::BinaryOp::kAdd, it, out.data<scalar_t>(),
                                    slot.data<scalar_t>(), g.data<scalar_t>(), scalar_t(1));
   });
-  slot = out;
+  if (!exclusive) slot = out;
 }
 
 }  // namespace trainyard::autograd

@@ -17,6 +17,17 @@ Shape BroadcastStrides(const Tensor& t, const Shape& shape) {
 }
 
 kernels::cpu::StridedIter IterFor(const Shape& shape, std::initializer_list<const Tensor*> ops) {
+  // Fast path: every operand contiguous with the iteration shape is one flat run.
+  bool flat = true;
+  for (const Tensor* t : ops) flat = flat && t->shape() == shape && t->is_contiguous();
+  if (flat) {
+    kernels::cpu::StridedIter it;
+    it.nops = static_cast<int>(ops.size());
+    it.ndim = 1;
+    it.sizes[0] = shape.numel();
+    for (int i = 0; i < it.nops; ++i) it.strides[i][0] = 1;
+    return it;
+  }
   Shape strides[kernels::cpu::kMaxOperands];
   const int64_t* ptrs[kernels::cpu::kMaxOperands];
   int n = 0;
