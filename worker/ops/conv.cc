@@ -1,0 +1,146 @@
+#include "worker/ops/conv.h"
+
+#include "kernels/cpu/conv.h"
+#include "worker/ops/common.h"
+#include "worker/ops/record.h"
+#include "worker/ops/reduction.h"
+
+namespace trainyard::ops {
+
+namespace kc = kernels::cpu;
+using autograd::SetHistory;
+using autograd::ShouldRecord;
+
+namespace {
+
+void CheckConvOptions(const Conv2dOptions& o) {
+  TY_CHECK(o.stride_h >= 1 && o.stride_w >= 1)
+      << "conv2d: stride (" << o.stride_h << ", " << o.stride_w << ") must be at least 1";
+  TY_CHECK(o.pad_h >= 0 && o.pad_w >= 0)
+      << "conv2d: padding (" << o.pad_h << ", " << o.pad_w << ") must not be negative";
+  TY_CHECK(o.dilation_h >= 1 && o.dilation_w >= 1)
+      << "conv2d: dilation (" << o.dilation_h << ", " << o.dilation_w << ") must be at least 1";
+  TY_CHECK(o.groups >= 1) << "conv2d: groups " << o.groups << " must be at least 1";
+}
+
+void CheckConvChannels(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t channels,
+                       int64_t groups) {
+  const int64_t out_channels = w.shape()[0];
+  TY_CHECK(channels % groups == 0)
+      << "conv2d: input channels " << channels << " are not divisible by groups " << groups;
+  TY_CHECK(out_channels % groups == 0) << "conv2d: weight's out_channels " << out_channels
+                                       << " are not divisible by groups " << groups;
+  TY_CHECK(w.shape()[1] * groups == channels)
+      << "conv2d: weight " << w.shape() << " with groups " << groups << " expects "
+      << w.shape()[1] * groups << " input channels, but the input " << x.shape() << " has "
+      << channels;
+  TY_CHECK(!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == out_channels))
+      << "conv2d: bias must have shape [" << out_channels << "] (the weight's out_channels), got "
+      << bias.shape();
+}
+
+// Validates the arguments and returns the kernel's view of them.
+kc::Conv2dShape ConvShapeFor(const Tensor& x, const Tensor& w, const Tensor& bias,
+                             const Conv2dOptions& o) {
+  TY_CHECK(x.dim() == 3 || x.dim() == 4)
+      << "conv2d: input must be (N, C, H, W) or (C, H, W), got shape " << x.shape();
+  TY_CHECK(w.dim() == 4) << "conv2d: weight must be (out_channels, in_channels / groups, kH, "
+                         << "kW), got shape " << w.shape();
+  CheckConvOptions(o);
+  const int64_t lead = x.dim() - 3;  // 1 when batched
+  CheckConvChannels(x, w, bias, x.shape()[lead], o.groups);
+  kc::Conv2dShape s{lead == 1 ? x.shape()[0] : 1,
+                    x.shape()[lead],
+                    x.shape()[lead + 1],
+                    x.shape()[lead + 2],
+                    w.shape()[0],
+                    o.groups,
+                    w.shape()[2],
+                    w.shape()[3],
+                    o.stride_h,
+                    o.stride_w,
+                    o.pad_h,
+                    o.pad_w,
+                    o.dilation_h,
+                    o.dilation_w};
+  s.out_h = kc::WindowOutSize(s.height, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h);
+  s.out_w = kc::WindowOutSize(s.width, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w);
+  TY_CHECK(s.out_h > 0 && s.out_w > 0)
+      << "conv2d: the dilated kernel (" << s.dilation_h * (s.kernel_h - 1) + 1 << ", "
+      << s.dilation_w * (s.kernel_w - 1) + 1 << ") does not fit in the padded input ("
+      << s.height + 2 * s.pad_h << ", " << s.width + 2 * s.pad_w << "); the output would be empty";
+  return s;
+}
+
+// gx or gweight through the kernels; xs and ws are the contiguous saved input and weight.
+Tensor ConvInputGrad(const kc::Conv2dShape& s, const Tensor& gy, const Tensor& ws,
+                     const Shape& x_shape) {
+  Tensor gx = Empty(x_shape, gy.options());
+  TY_DISPATCH_FLOATING(gy.dtype(), "conv2d backward", [&] {
+    kc::Conv2dBackwardInput<scalar_t>(s, gy.data<scalar_t>(), ws.data<scalar_t>(),
+                                      gx.data<scalar_t>());
+  });
+  return gx;
+}
+
+Tensor ConvWeightGrad(const kc::Conv2dShape& s, const Tensor& gy, const Tensor& xs,
+                      const Shape& w_shape) {
+  Tensor gw = Empty(w_shape, gy.options());
+  TY_DISPATCH_FLOATING(gy.dtype(), "conv2d backward", [&] {
+    kc::Conv2dBackwardWeight<scalar_t>(s, gy.data<scalar_t>(), xs.data<scalar_t>(),
+                                       gw.data<scalar_t>());
+  });
+  return gw;
+}
+
+// Saves what each gradient needs: the weight for gx, the input for gweight.
+void RecordConv(const kc::Conv2dShape& s, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const Tensor& xc, const Tensor& wc, const Tensor& out) {
+  auto node = Record("ConvolutionBackward0", {&x, &weight, &bias},
+                     [s, x_shape = x.shape(), w_shape = weight.shape()](Node& n, GradList&& g) {
+                       Tensor gy = ContiguousData(g[0]);
+                       GradList r(3);
+                       if (NeedsGrad(n, 0)) r[0] = ConvInputGrad(s, gy, n.saved(1), x_shape);
+                       if (NeedsGrad(n, 1)) r[1] = ConvWeightGrad(s, gy, n.saved(0), w_shape);
+                       if (NeedsGrad(n, 2)) {
+                         r[2] = x_shape.size() == 4 ? Sum(gy, {0, 2, 3}) : Sum(gy, {1, 2});
+                       }
+                       return r;
+                     });
+  node->Save(weight.requires_grad() ? xc : Tensor());
+  node->Save(x.requires_grad() ? wc : Tensor());
+  SetHistory(out, node);
+}
+
+}  // namespace
+
+Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const Conv2dOptions& options) {
+  CheckSameFloating(x, weight, "conv2d");
+  if (bias.defined()) CheckSameFloating(x, bias, "conv2d");
+  const kc::Conv2dShape s = ConvShapeFor(x, weight, bias, options);
+  Tensor xc = ContiguousData(x);
+  Tensor wc = ContiguousData(weight);
+  Tensor bc = bias.defined() ? ContiguousData(bias) : Tensor();
+  Shape out_shape = x.shape();  // (N, O, oH, oW) or (O, oH, oW)
+  out_shape[x.dim() - 3] = s.out_channels;
+  out_shape[x.dim() - 2] = s.out_h;
+  out_shape[x.dim() - 1] = s.out_w;
+  Tensor out = Empty(out_shape, x.options());
+  TY_DISPATCH_FLOATING(x.dtype(), "conv2d", [&] {
+    kc::Conv2dForward<scalar_t>(s, xc.data<scalar_t>(), wc.data<scalar_t>(),
+                                bc.defined() ? bc.data<scalar_t>() : nullptr, out.data<scalar_t>());
+  });
+  if (ShouldRecord({&x, &weight, &bias})) RecordConv(s, x, weight, bias, xc, wc, out);
+  return out;
+}
+
+Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+              int64_t padding, int64_t dilation, int64_t groups) {
+  return Conv2d(
+      x, weight, bias,
+      Conv2dOptions().set_stride(stride).set_padding(padding).set_dilation(dilation).set_groups(
+          groups));
+}
+
+}  // namespace trainyard::ops
