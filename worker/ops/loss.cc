@@ -1,0 +1,171 @@
+#include "worker/ops/loss.h"
+
+#include "kernels/cpu/softmax.h"
+#include "worker/ops/common.h"
+#include "worker/ops/elementwise.h"
+#include "worker/ops/record.h"
+#include "worker/ops/reduction.h"
+#include "worker/ops/views.h"
+#include "worker/tensor/factories.h"
+
+namespace trainyard::ops {
+
+namespace kc = kernels::cpu;
+using autograd::SetHistory;
+using autograd::ShouldRecord;
+
+namespace {
+
+enum class Reduction { kNone, kSum, kMean };
+
+Reduction ParseReduction(const std::string& reduction, const char* op_name) {
+  if (reduction == "none") return Reduction::kNone;
+  if (reduction == "sum") return Reduction::kSum;
+  TY_CHECK(reduction == "mean") << op_name << ": reduction \"" << reduction
+                                << "\" is not supported; use \"none\", \"sum\" or \"mean\"";
+  return Reduction::kMean;
+}
+
+// Checks every target is ignore_index or a class in [0, c); returns how many are not ignored.
+int64_t CheckTargets(const Tensor& target, int64_t c, int64_t ignore_index) {
+  const int64_t* t = target.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < target.numel(); ++i) {
+    if (t[i] == ignore_index) continue;
+    TY_CHECK(t[i] >= 0 && t[i] < c)
+        << "cross_entropy: target " << t[i] << " is out of range for " << c
+        << " classes (expected 0 to " << c - 1 << ", or ignore_index " << ignore_index << ")";
+    ++count;
+  }
+  return count;
+}
+
+// The per-row losses' gradient for the backward kernel: g itself for "none", else g (0-dim)
+// spread over the rows, divided by the target count for "mean".
+Tensor RowGrads(const Tensor& g, int64_t rows, Reduction red, int64_t count) {
+  if (red == Reduction::kNone) return ContiguousData(g);
+  double v = g.item();
+  if (red == Reduction::kMean) v /= static_cast<double>(count);
+  return Full({rows}, v, g.options());
+}
+
+// d loss / d logits: (R, C) from the saved logits, targets and row log-sum-exps.
+Tensor CrossEntropyRowsBackward(const Node& n, const Tensor& g, const CrossEntropyOptions& o,
+                                Reduction red, int64_t count) {
+  const Tensor& x = n.saved(0);
+  const Tensor& t = n.saved(1);
+  const Tensor& lse = n.saved(2);
+  const int64_t rows = x.size(0), c = x.size(1);
+  Tensor gloss = RowGrads(g, rows, red, count);
+  Tensor gx = Empty(x.shape(), x.options());
+  TY_DISPATCH_FLOATING(x.dtype(), "cross_entropy backward", [&] {
+    kc::CrossEntropyBackward<scalar_t>(x.data<scalar_t>(), t.data<int64_t>(), lse.data<scalar_t>(),
+                                       gloss.data<scalar_t>(), gx.data<scalar_t>(), rows, c,
+                                       o.ignore_index, static_cast<scalar_t>(o.label_smoothing));
+  });
+  return gx;
+}
+
+// Fused log-softmax + nll over logits: (R, C) and target: (R) -> (R) losses for "none",
+// else their sum or mean (0-dim).
+Tensor CrossEntropyRows(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o,
+                        Reduction red) {
+  Tensor x = ContiguousData(logits);
+  Tensor t = ContiguousData(target);
+  const int64_t rows = x.size(0), c = x.size(1);
+  const int64_t count = CheckTargets(t, c, o.ignore_index);
+  Tensor loss = Empty({rows}, x.options());
+  Tensor lse = Empty({rows}, x.options());
+  TY_DISPATCH_FLOATING(x.dtype(), "cross_entropy", [&] {
+    kc::CrossEntropyForward<scalar_t>(x.data<scalar_t>(), t.data<int64_t>(), loss.data<scalar_t>(),
+                                      lse.data<scalar_t>(), rows, c, o.ignore_index,
+                                      static_cast<scalar_t>(o.label_smoothing));
+  });
+  Tensor out = loss;
+  if (red != Reduction::kNone) {
+    autograd::NoGradGuard no_grad;
+    out = Sum(loss);
+    if (red == Reduction::kMean) out = MulScalar(out, 1.0 / static_cast<double>(count));
+  }
+  if (ShouldRecord({&logits})) {
+    auto node = Record("NllLossBackward0", {&logits}, [o, red, count](Node& n, GradList&& g) {
+      return GradList{CrossEntropyRowsBackward(n, g[0], o, red, count)};
+    });
+    node->Save(x);
+    node->Save(t);
+    node->Save(lse);
+    SetHistory(out, node);
+  }
+  return out;
+}
+
+// The target shape that goes with logits: logits' shape without the class dim.
+Shape TargetShapeFor(const Tensor& logits) {
+  Shape s;
+  for (int64_t i = 0; i < logits.dim(); ++i)
+    if (i != (logits.dim() == 1 ? 0 : 1)) s.push_back(logits.shape()[i]);
+  return s;
+}
+
+// logits: (N, C, d1, ...) -> (N * d1 * ..., C), rows in target order; (C) -> (1, C).
+Tensor LogitsAsRows(const Tensor& logits, int64_t c) {
+  if (logits.dim() <= 2) return Reshape(logits, {-1, c});
+  Shape order{0};
+  for (int64_t i = 2; i < logits.dim(); ++i) order.push_back(i);
+  order.push_back(1);
+  return Reshape(Permute(logits, order), {-1, c});
+}
+
+}  // namespace
+
+Tensor CrossEntropy(const Tensor& logits, const Tensor& target,
+                    const CrossEntropyOptions& options) {
+  CheckFloating(logits, "cross_entropy");
+  const Reduction red = ParseReduction(options.reduction, "cross_entropy");
+  TY_CHECK(target.defined() && target.dtype() == DType::kInt64)
+      << "cross_entropy: target must hold int64 class indices, got "
+      << (target.defined() ? DTypeName(target.dtype()) : "an undefined tensor");
+  TY_CHECK(options.label_smoothing >= 0 && options.label_smoothing <= 1)
+      << "cross_entropy: label_smoothing " << options.label_smoothing << " must lie in [0, 1]";
+  TY_CHECK(logits.dim() >= 1) << "cross_entropy: logits must be (C), (N, C) or (N, C, d1, ...)"
+                              << ", got shape " << logits.shape();
+  const int64_t c = logits.size(logits.dim() == 1 ? 0 : 1);
+  TY_CHECK(c > 0) << "cross_entropy: logits shape " << logits.shape() << " has no classes";
+  TY_CHECK(target.shape() == TargetShapeFor(logits))
+      << "cross_entropy: target shape " << target.shape() << " does not match logits shape "
+      << logits.shape() << "; expected " << TargetShapeFor(logits);
+  Tensor loss = CrossEntropyRows(LogitsAsRows(logits, c), Reshape(target, {-1}), options, red);
+  return red == Reduction::kNone ? Reshape(loss, target.shape()) : loss;
+}
+
+Tensor MseLoss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  CheckSameFloating(input, target, "mse_loss");
+  const Reduction red = ParseReduction(reduction, "mse_loss");
+  const Shape shape = BroadcastShapes(input.shape(), target.shape(), "mse_loss");
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    Tensor diff = Sub(input, target);
+    out = Mul(diff, diff);
+    if (red == Reduction::kSum) out = Sum(out);
+    if (red == Reduction::kMean) out = Mean(out);
+  }
+  if (ShouldRecord({&input, &target})) {
+    // d/d input = 2 (input - target) * g, divided by the element count for "mean".
+    const double scale = red == Reduction::kMean ? 2.0 / static_cast<double>(shape.numel()) : 2.0;
+    auto node = Record("MseLossBackward0", {&input, &target},
+                       [scale, si = input.shape(), st = target.shape()](Node& n, GradList&& g) {
+                         Tensor d = Mul(MulScalar(Sub(n.saved(0), n.saved(1)), scale), g[0]);
+                         GradList r(2);
+                         if (NeedsGrad(n, 0)) r[0] = SumToShape(d, si);
+                         if (NeedsGrad(n, 1)) r[1] = SumToShape(Neg(d), st);
+                         return r;
+                       });
+    node->Save(input);
+    node->Save(target);
+    SetHistory(out, node);
+  }
+  return out;
+}
+
+}  // namespace trainyard::ops

@@ -1,0 +1,210 @@
+#include "worker/ops/norm.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "kernels/cpu/norm.h"
+#include "worker/ops/common.h"
+#include "worker/ops/elementwise.h"
+#include "worker/ops/record.h"
+#include "worker/tensor/factories.h"
+
+namespace trainyard::ops {
+
+namespace kc = kernels::cpu;
+using autograd::SetHistory;
+using autograd::ShouldRecord;
+
+namespace {
+
+// Checks an optional per-feature tensor (weight, bias, running stats): undefined, or of x's
+// dtype and the given shape.
+void CheckParam(const Tensor& p, const Tensor& x, const Shape& shape, const char* what,
+                const char* op_name) {
+  if (!p.defined()) return;
+  CheckSameFloating(x, p, op_name);
+  TY_CHECK(p.shape() == shape) << op_name << ": " << what << " shape " << p.shape() << " must be "
+                               << shape;
+}
+
+template <typename T>
+T* DataOrNull(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+Tensor EmptyIf(bool needed, const Shape& shape, const Tensor& like) {
+  return needed ? Empty(shape, like.options()) : Tensor();
+}
+
+void CheckLayerNorm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                    const Tensor& bias) {
+  CheckFloating(x, "layer_norm");
+  const int64_t k = normalized_shape.size();
+  bool ok = k >= 1 && k <= x.dim();
+  for (int64_t i = 0; ok && i < k; ++i) ok = x.shape()[x.dim() - k + i] == normalized_shape[i];
+  TY_CHECK(ok) << "layer_norm: normalized_shape " << normalized_shape
+               << " must be the trailing dims of the input shape " << x.shape();
+  CheckParam(weight, x, normalized_shape, "weight", "layer_norm");
+  CheckParam(bias, x, normalized_shape, "bias", "layer_norm");
+}
+
+// gy, x: (rows, n) contiguous; mean, rstd: (rows). Returns {gx, gweight, gbias}, each only
+// where node input i needs it.
+GradList LayerNormBackward(Node& node, const Tensor& gy, const Shape& normalized_shape) {
+  const Tensor& x = node.saved(0);
+  const Tensor& mean = node.saved(1);
+  const Tensor& rstd = node.saved(2);
+  const Tensor& weight = node.saved(3);
+  const int64_t rows = mean.numel(), n = normalized_shape.numel();
+  Tensor g = ContiguousData(gy);
+  GradList r(3);
+  r[0] = EmptyIf(NeedsGrad(node, 0), x.shape(), x);
+  r[1] = EmptyIf(NeedsGrad(node, 1), normalized_shape, x);
+  r[2] = EmptyIf(NeedsGrad(node, 2), normalized_shape, x);
+  TY_DISPATCH_FLOATING(x.dtype(), "layer_norm backward", [&] {
+    kc::LayerNormBackward<scalar_t>(x.data<scalar_t>(), g.data<scalar_t>(), mean.data<scalar_t>(),
+                                    rstd.data<scalar_t>(), DataOrNull<scalar_t>(weight),
+                                    DataOrNull<scalar_t>(r[0]), DataOrNull<scalar_t>(r[1]),
+                                    DataOrNull<scalar_t>(r[2]), rows, n);
+  });
+  return r;
+}
+
+}  // namespace
+
+Tensor LayerNorm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                 const Tensor& bias, double eps) {
+  CheckLayerNorm(x, normalized_shape, weight, bias);
+  const int64_t n = normalized_shape.numel();
+  const int64_t rows = Shape(x.shape().data(), x.dim() - normalized_shape.size()).numel();
+  Tensor xc = ContiguousData(x);  // (rows, n)
+  Tensor w = weight.defined() ? ContiguousData(weight) : Tensor();
+  Tensor b = bias.defined() ? ContiguousData(bias) : Tensor();
+  Tensor y = Empty(x.shape(), x.options());
+  Tensor mean = Empty({rows}, x.options());
+  Tensor rstd = Empty({rows}, x.options());
+  if (n > 0) {
+    TY_DISPATCH_FLOATING(x.dtype(), "layer_norm", [&] {
+      kc::LayerNormForward<scalar_t>(
+          xc.data<scalar_t>(), DataOrNull<scalar_t>(w), DataOrNull<scalar_t>(b), y.data<scalar_t>(),
+          mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, n, static_cast<scalar_t>(eps));
+    });
+  }
+  if (ShouldRecord({&x, &weight, &bias})) {
+    auto node = Record("NativeLayerNormBackward0", {&x, &weight, &bias},
+                       [normalized_shape](Node& n, GradList&& g) {
+                         return LayerNormBackward(n, g[0], normalized_shape);
+                       });
+    node->Save(xc);
+    node->Save(mean);
+    node->Save(rstd);
+    node->Save(w);
+    SetHistory(y, node);
+  }
+  return y;
+}
+
+namespace {
+
+void CheckBatchNorm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                    const Tensor& weight, const Tensor& bias, bool training) {
+  CheckFloating(x, "batch_norm");
+  TY_CHECK(x.dim() >= 2) << "batch_norm: input must be (N, C, *), got shape " << x.shape();
+  const Shape c{x.size(1)};
+  CheckParam(running_mean, x, c, "running_mean", "batch_norm");
+  CheckParam(running_var, x, c, "running_var", "batch_norm");
+  CheckParam(weight, x, c, "weight", "batch_norm");
+  CheckParam(bias, x, c, "bias", "batch_norm");
+  TY_CHECK(running_mean.defined() == running_var.defined())
+      << "batch_norm: running_mean and running_var must be given together";
+  TY_CHECK(training || running_mean.defined())
+      << "batch_norm: running_mean and running_var are required when not training";
+  TY_CHECK(!training || x.numel() / std::max<int64_t>(x.size(1), 1) > 1)
+      << "batch_norm: expected more than 1 value per channel when training, got input shape "
+      << x.shape();
+}
+
+// running = (1 - momentum) * running + momentum * stat, in place and not recorded.
+void UpdateRunning(const Tensor& running, const Tensor& stat, double momentum) {
+  autograd::NoGradGuard no_grad;
+  MulScalarInPlace(running, 1 - momentum);
+  AddInPlace(running, stat, momentum);
+}
+
+// Per-channel (mean, invstd) for normalising: the batch's own when training (updating the
+// running stats), else the running stats'.
+std::pair<Tensor, Tensor> BatchNormStats(const Tensor& xc, const Tensor& running_mean,
+                                         const Tensor& running_var, bool training, double momentum,
+                                         double eps) {
+  autograd::NoGradGuard no_grad;
+  const int64_t c = xc.size(1), outer = xc.size(0), inner = xc.numel() / (outer * c);
+  if (!training) {
+    Tensor mean = ConvertTo(running_mean, xc.dtype(), /*force_copy=*/true);
+    return {mean, Rsqrt(AddScalar(running_var, eps))};
+  }
+  Tensor mean = Empty({c}, xc.options());
+  Tensor var = Empty({c}, xc.options());  // biased
+  TY_DISPATCH_FLOATING(xc.dtype(), "batch_norm", [&] {
+    kc::BatchNormStats<scalar_t>(xc.data<scalar_t>(), mean.data<scalar_t>(), var.data<scalar_t>(),
+                                 outer, c, inner);
+  });
+  if (running_mean.defined()) {
+    const double m = static_cast<double>(outer * inner);
+    UpdateRunning(running_mean, mean, momentum);
+    UpdateRunning(running_var, MulScalar(var, m / (m - 1)), momentum);
+  }
+  return {mean, Rsqrt(AddScalar(var, eps))};
+}
+
+GradList BatchNormBackward(Node& node, const Tensor& gy, bool training) {
+  const Tensor& x = node.saved(0);
+  const Tensor& mean = node.saved(1);
+  const Tensor& invstd = node.saved(2);
+  const Tensor& weight = node.saved(3);
+  const int64_t c = x.size(1), outer = x.size(0), inner = x.numel() / (outer * c);
+  Tensor g = ContiguousData(gy);
+  GradList r(3);
+  r[0] = EmptyIf(NeedsGrad(node, 0), x.shape(), x);
+  r[1] = EmptyIf(NeedsGrad(node, 1), {c}, x);
+  r[2] = EmptyIf(NeedsGrad(node, 2), {c}, x);
+  TY_DISPATCH_FLOATING(x.dtype(), "batch_norm backward", [&] {
+    kc::BatchNormBackward<scalar_t>(x.data<scalar_t>(), g.data<scalar_t>(), mean.data<scalar_t>(),
+                                    invstd.data<scalar_t>(), DataOrNull<scalar_t>(weight),
+                                    DataOrNull<scalar_t>(r[0]), DataOrNull<scalar_t>(r[1]),
+                                    DataOrNull<scalar_t>(r[2]), outer, c, inner, training);
+  });
+  return r;
+}
+
+}  // namespace
+
+Tensor BatchNorm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                 const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                 double eps) {
+  CheckBatchNorm(x, running_mean, running_var, weight, bias, training);
+  Tensor y = Empty(x.shape(), x.options());
+  if (x.numel() == 0) return y;
+  Tensor xc = ContiguousData(x);  // (outer, c, inner)
+  auto [mean, invstd] = BatchNormStats(xc, running_mean, running_var, training, momentum, eps);
+  Tensor w = weight.defined() ? ContiguousData(weight) : Tensor();
+  Tensor b = bias.defined() ? ContiguousData(bias) : Tensor();
+  const int64_t c = x.size(1), outer = x.size(0), inner = x.numel() / (outer * c);
+  TY_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+    kc::BatchNormForward<scalar_t>(xc.data<scalar_t>(), mean.data<scalar_t>(),
+                                   invstd.data<scalar_t>(), DataOrNull<scalar_t>(w),
+                                   DataOrNull<scalar_t>(b), y.data<scalar_t>(), outer, c, inner);
+  });
+  if (ShouldRecord({&x, &weight, &bias})) {
+    auto node =
+        Record("NativeBatchNormBackward0", {&x, &weight, &bias},
+               [training](Node& n, GradList&& g) { return BatchNormBackward(n, g[0], training); });
+    node->Save(xc);
+    node->Save(mean);
+    node->Save(invstd);
+    node->Save(w);
+    SetHistory(y, node);
+  }
+  return y;
+}
+
+}  // namespace trainyard::ops
