@@ -10,7 +10,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${TY_CMAKE_ARGS:-} >/dev
 cmake --build build -j "$(nproc)" --target autograd_bench matmul_bench bandwidth_bench
 out=$(mktemp -d)
 for b in autograd_bench matmul_bench bandwidth_bench; do
-  "build/bench/$b" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  "build/bench/$b" --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true \
     --benchmark_out="$out/$b.json" --benchmark_out_format=json >/dev/null
 done
 if python3 -c "import torch" 2>/dev/null; then

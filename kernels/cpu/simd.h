@@ -21,7 +21,8 @@ namespace trainyard::kernels::cpu {
 // overflow gives inf.
 inline float FastExp(float x) {
   const float hi = 88.72283935546875f, lo = -103.97208f;
-  float xc = x > hi ? hi : (x < lo ? lo : x);
+  float xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
   float n = std::nearbyint(xc * 1.44269504088896341f);
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -34,7 +35,7 @@ inline float FastExp(float x) {
   p = p * r * r + r + 1.0f;
   // 2^n, split in two factors so that n down to -150 stays representable (subnormals).
   int32_t ni = static_cast<int32_t>(n);
-  int32_t n1 = ni / 2, n2 = ni - n1;
+  int32_t n1 = ni >> 1, n2 = ni - n1;
   int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
   float s1, s2;
   std::memcpy(&s1, &b1, 4);

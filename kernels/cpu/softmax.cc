@@ -57,6 +57,24 @@ TY_SIMD void ExpShifted(const T* x, T* y, T shift, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = FastExp(x[i] - shift);
 }
 
+// y = exp(x - shift), returning sum(y) (16 lanes, as RowSum); y does not alias x.
+template <typename T>
+TY_SIMD T ExpShiftedSum(const T* x, T* y, T shift, int64_t n) {
+  T acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) {
+      y[i + j] = FastExp(x[i + j] - shift);
+      acc[j] += y[i + j];
+    }
+  }
+  T s = 0;
+  for (; i < n; ++i) s += (y[i] = FastExp(x[i] - shift));
+  for (int j = 0; j < 8; ++j) acc[j] += acc[j + 8];
+  for (int j = 0; j < 4; ++j) acc[j] += acc[j + 4];
+  return s + ((acc[0] + acc[2]) + (acc[1] + acc[3]));
+}
+
 // y = x * scale + shift; y may alias x.
 template <typename T>
 TY_SIMD void AffineRow(const T* x, T* y, T scale, T shift, int64_t n) {
@@ -79,6 +97,12 @@ TY_SIMD void LogSoftmaxGradRow(const T* y, const T* gy, T* gx, T sum, int64_t n)
 template <typename T>
 TY_SIMD void ScaledSoftmaxRow(const T* x, T* grad, T lse, T g, T off, int64_t n) {
   for (int64_t i = 0; i < n; ++i) grad[i] = g * FastExp(x[i] - lse) - off;
+}
+
+template <typename T>
+void PrefetchRow(const T* p, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t i = 0; i < n * static_cast<int64_t>(sizeof(T)); i += 64) __builtin_prefetch(c + i);
 }
 
 // log(sum_j exp(x[j])) of one row; the exponentials go through a stack buffer so that x is
@@ -105,11 +129,14 @@ void SoftmaxForward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
     for (int64_t r = b; r < e; ++r) {
       const T* xr = x + r * n;
       T* yr = y + r * n;
+      // Rows are often a page long and hardware prefetchers stop at page boundaries: ask for
+      // the next row while this one computes.
+      if (r + 1 < e) PrefetchRow(xr + n, n);
       if (log) {
         AffineRow(xr, yr, T(1), -LogSumExp(xr, n), n);
       } else {
-        ExpShifted(xr, yr, RowMax(xr, n), n);
-        AffineRow(yr, yr, T(1) / RowSum(yr, n), T(0), n);
+        const T sum = ExpShiftedSum(xr, yr, RowMax(xr, n), n);
+        AffineRow(yr, yr, T(1) / sum, T(0), n);
       }
     }
   });
