@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduce.h"
 #include "kernels/cpu/simd.h"
 
 namespace trainyard::kernels::cpu {
@@ -12,20 +13,6 @@ namespace {
 
 // Columns per task when a reduction runs down the rows of a (rows, n) array.
 constexpr int64_t kColumnBlock = 256;
-
-// 16-lane sums so that the reductions vectorise without reassociation flags.
-template <typename T>
-TY_SIMD T RowSum(const T* x, int64_t n) {
-  T acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += x[i + j];
-  T s = 0;
-  for (; i < n; ++i) s += x[i];
-  for (int j = 0; j < 8; ++j) acc[j] += acc[j + 8];
-  for (int j = 0; j < 4; ++j) acc[j] += acc[j + 4];
-  return s + ((acc[0] + acc[2]) + (acc[1] + acc[3]));
-}
 
 // sum((x - mean)^2)
 template <typename T>
@@ -175,7 +162,7 @@ void ChannelSums(const T* a, const T* b, const T* x, const T* mean, T* s1, T* s2
       T t1 = 0, t2 = 0;
       for (int64_t o = 0; o < outer; ++o) {
         const int64_t off = (o * c + ch) * inner;
-        if (s1) t1 += RowSum(a + off, inner);
+        if (s1) t1 += SumContiguous(a + off, inner);
         if (s2)
           t2 +=
               b ? RowDotDev(b + off, x + off, mean[ch], inner) : RowSqDev(x + off, mean[ch], inner);
@@ -232,7 +219,7 @@ void LayerNormForward(const T* x, const T* weight, const T* bias, T* y, T* mean,
   ParallelFor(rows, GrainFor(3 * n), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * n;
-      const T mu = RowSum(xr, n) / static_cast<T>(n);
+      const T mu = SumContiguous(xr, n) / static_cast<T>(n);
       const T rs = T(1) / std::sqrt(RowSqDev(xr, mu, n) / static_cast<T>(n) + eps);
       NormalizeRow(xr, y + r * n, mu, rs, w, b, n);
       mean[r] = mu;

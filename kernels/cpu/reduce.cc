@@ -25,14 +25,18 @@ TY_SIMD T SumBlock(const T* x, int64_t n) {
   return s + ((acc[0] + acc[2]) + (acc[1] + acc[3]));
 }
 
+}  // namespace
+
 template <typename T>
-T SumRun(const T* x, int64_t n) {
+T SumContiguous(const T* x, int64_t n) {
   constexpr int64_t kBlock = 2048;
   if (n <= kBlock) return SumBlock(x, n);
   double total = 0;
   for (int64_t i = 0; i < n; i += kBlock) total += SumBlock(x + i, std::min(kBlock, n - i));
   return static_cast<T>(total);
 }
+
+namespace {
 
 // acc[i] += x[i] for i < n (one row of a column reduction).
 template <typename T>
@@ -46,7 +50,7 @@ template <typename T>
 void ReduceSum(const T* x, T* out, int64_t outer, int64_t k, int64_t inner, T scale) {
   if (inner == 1) {
     ParallelFor(outer, GrainFor(k), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) out[o] = SumRun(x + o * k, k) * scale;
+      for (int64_t o = b; o < e; ++o) out[o] = SumContiguous(x + o * k, k) * scale;
     });
     return;
   }
@@ -100,7 +104,7 @@ void ReduceVar(const T* x, T* out, T* mean_out, int64_t outer, int64_t k, int64_
       const T* p = x + o * k * inner + i;
       T mean = 0;
       if (inner == 1) {
-        mean = SumRun(p, k) / static_cast<T>(k);
+        mean = SumContiguous(p, k) / static_cast<T>(k);
       } else {
         for (int64_t j = 0; j < k; ++j) mean += p[j * inner];
         mean /= static_cast<T>(k);
@@ -116,6 +120,8 @@ void ReduceVar(const T* x, T* out, T* mean_out, int64_t outer, int64_t k, int64_
   });
 }
 
+template float SumContiguous<float>(const float*, int64_t);
+template double SumContiguous<double>(const double*, int64_t);
 template void ReduceSum<float>(const float*, float*, int64_t, int64_t, int64_t, float);
 template void ReduceSum<double>(const double*, double*, int64_t, int64_t, int64_t, double);
 template void ReduceMaxMin<float>(bool, const float*, float*, int64_t*, int64_t, int64_t,

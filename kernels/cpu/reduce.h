@@ -7,6 +7,11 @@
 
 namespace trainyard::kernels::cpu {
 
+// Sum of a contiguous run, vectorised with 16 lanes per block of 2048 and blocks added in
+// double: the row sum every kernel shares.
+template <typename T>
+T SumContiguous(const T* x, int64_t n);
+
 // out = scale * sum_j x.  (scale = 1/k gives the mean.)
 template <typename T>
 void ReduceSum(const T* x, T* out, int64_t outer, int64_t k, int64_t inner, T scale);

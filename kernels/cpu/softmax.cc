@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduce.h"
 #include "kernels/cpu/simd.h"
 
 namespace trainyard::kernels::cpu {
@@ -26,19 +27,6 @@ TY_SIMD T RowMax(const T* x, int64_t n) {
 }
 
 template <typename T>
-TY_SIMD T RowSum(const T* x, int64_t n) {
-  T acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += x[i + j];
-  T s = 0;
-  for (; i < n; ++i) s += x[i];
-  for (int j = 0; j < 8; ++j) acc[j] += acc[j + 8];
-  for (int j = 0; j < 4; ++j) acc[j] += acc[j + 4];
-  return s + ((acc[0] + acc[2]) + (acc[1] + acc[3]));
-}
-
-template <typename T>
 TY_SIMD T RowDot(const T* a, const T* b, int64_t n) {
   T acc[16] = {};
   int64_t i = 0;
@@ -57,7 +45,7 @@ TY_SIMD void ExpShifted(const T* x, T* y, T shift, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = FastExp(x[i] - shift);
 }
 
-// y = exp(x - shift), returning sum(y) (16 lanes, as RowSum); y does not alias x.
+// y = exp(x - shift), returning sum(y) (16 lanes); y does not alias x.
 template <typename T>
 TY_SIMD T ExpShiftedSum(const T* x, T* y, T shift, int64_t n) {
   T acc[16] = {};
@@ -116,7 +104,7 @@ T LogSumExp(const T* x, int64_t n) {
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t len = std::min(kChunk, n - i);
     ExpShifted(x + i, buf, m, len);
-    s += RowSum(buf, len);
+    s += SumContiguous(buf, len);
   }
   return m + std::log(s);
 }
@@ -148,7 +136,7 @@ void SoftmaxBackward(const T* y, const T* gy, T* gx, int64_t rows, int64_t n, bo
     for (int64_t r = b; r < e; ++r) {
       const int64_t o = r * n;
       if (log) {
-        LogSoftmaxGradRow(y + o, gy + o, gx + o, RowSum(gy + o, n), n);
+        LogSoftmaxGradRow(y + o, gy + o, gx + o, SumContiguous(gy + o, n), n);
       } else {
         SoftmaxGradRow(y + o, gy + o, gx + o, RowDot(gy + o, y + o, n), n);
       }
@@ -171,7 +159,7 @@ void CrossEntropyForward(const T* logits, const int64_t* target, T* loss, T* lse
       const T l = LogSumExp(x, c);
       T value = (T(1) - smoothing) * (l - x[t]);
       // Skipped at 0 so that a -inf logit does not turn the loss into 0 * inf.
-      if (smoothing != T(0)) value += smoothing * (l - RowSum(x, c) / static_cast<T>(c));
+      if (smoothing != T(0)) value += smoothing * (l - SumContiguous(x, c) / static_cast<T>(c));
       loss[r] = value;
       lse[r] = l;
     }
