@@ -40,15 +40,25 @@ static void BM_DirectSgemm(benchmark::State& state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data<float>(), n,
                 b.data<float>(), n, 0.0f, c.data<float>(), n);
 #else
-    ty::kernels::cpu::Gemm<float>(false, false, n, n, n, 1.0f, a.data<float>(), n,
-                                  b.data<float>(), n, 0.0f, c.data<float>(), n);
+    ty::kernels::cpu::Gemm<float>(false, false, n, n, n, 1.0f, a.data<float>(), n, b.data<float>(),
+                                  n, 0.0f, c.data<float>(), n);
 #endif
     benchmark::DoNotOptimize(c.raw_data());
   }
   SetFlops(state, n);
 }
 
-BENCHMARK(BM_DirectSgemm)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_EngineMatmul)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DirectSgemm)
+    ->Arg(512)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_EngineMatmul)
+    ->Arg(512)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -25,10 +25,10 @@ struct Voidify {
 
 }  // namespace trainyard::internal
 
-#define TY_CHECK(condition)                                      \
-  (__builtin_expect(static_cast<bool>(condition), 1))            \
-      ? (void)0                                                  \
-      : ::trainyard::internal::Voidify() &                       \
+#define TY_CHECK(condition)                           \
+  (__builtin_expect(static_cast<bool>(condition), 1)) \
+      ? (void)0                                       \
+      : ::trainyard::internal::Voidify() &            \
             ::trainyard::internal::CheckFailure(__FILE__, __LINE__, #condition).stream()
 
 #define TY_CHECK_EQ(a, b) TY_CHECK((a) == (b)) << (a) << " vs " << (b) << " "

@@ -12,8 +12,7 @@ Clock::TimePoint RealClock::Now() const {
 }
 
 double RealClock::UnixSeconds() const {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 Clock::TimePoint FakeClock::Now() const {

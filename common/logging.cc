@@ -26,10 +26,14 @@ std::atomic<int>& Level() {
 
 const char* LevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::DEBUG: return "D";
-    case LogLevel::INFO: return "I";
-    case LogLevel::WARNING: return "W";
-    case LogLevel::ERROR: return "E";
+    case LogLevel::DEBUG:
+      return "D";
+    case LogLevel::INFO:
+      return "I";
+    case LogLevel::WARNING:
+      return "W";
+    case LogLevel::ERROR:
+      return "E";
   }
   return "?";
 }
@@ -45,8 +49,7 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
   auto now = std::chrono::system_clock::now();
   std::time_t secs = std::chrono::system_clock::to_time_t(now);
   int ms = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() %
-      1000);
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char stamp[32];

@@ -28,8 +28,7 @@ class LogMessage {
 }  // namespace internal
 }  // namespace trainyard
 
-#define TY_LOG(level)                                                                    \
-  if (::trainyard::LogLevel::level < ::trainyard::GetLogLevel()) {                      \
-  } else                                                                                 \
-    ::trainyard::internal::LogMessage(::trainyard::LogLevel::level, __FILE__, __LINE__) \
-        .stream()
+#define TY_LOG(level)                                              \
+  if (::trainyard::LogLevel::level < ::trainyard::GetLogLevel()) { \
+  } else                                                           \
+    ::trainyard::internal::LogMessage(::trainyard::LogLevel::level, __FILE__, __LINE__).stream()

@@ -96,7 +96,7 @@ class [[nodiscard]] StatusOr {
   StatusOr(Status&& status) : status_(std::move(status)) {  // NOLINT
     TY_CHECK(!status_.ok()) << "StatusOr built from an OK status without a value";
   }
-  StatusOr(const T& value) : value_(value) {}       // NOLINT
+  StatusOr(const T& value) : value_(value) {}        // NOLINT
   StatusOr(T&& value) : value_(std::move(value)) {}  // NOLINT
   template <typename U, typename = std::enable_if_t<std::is_convertible_v<U&&, T> &&
                                                     !std::is_same_v<std::decay_t<U>, Status>>>
@@ -128,10 +128,10 @@ class [[nodiscard]] StatusOr {
 #define TY_STATUS_CONCAT(a, b) TY_STATUS_CONCAT_INNER(a, b)
 
 // Returns the status of `expr` from the enclosing function when it is not OK.
-#define RETURN_IF_ERROR(expr)                           \
-  do {                                                  \
-    ::trainyard::Status ty_status_tmp_ = (expr);        \
-    if (!ty_status_tmp_.ok()) return ty_status_tmp_;    \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::trainyard::Status ty_status_tmp_ = (expr);     \
+    if (!ty_status_tmp_.ok()) return ty_status_tmp_; \
   } while (0)
 
 // ASSIGN_OR_RETURN(auto x, F()); declares/assigns x from a StatusOr or returns its error.

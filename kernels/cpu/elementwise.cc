@@ -29,8 +29,8 @@ TY_SIMD void UnaryRun(T* o, const T* x, int64_t n, int64_t so, int64_t sx, F f) 
 }
 
 template <typename T, typename F>
-TY_SIMD void BinaryRun(T* o, const T* x, const T* y, int64_t n, int64_t so, int64_t sx,
-                       int64_t sy, F f) {
+TY_SIMD void BinaryRun(T* o, const T* x, const T* y, int64_t n, int64_t so, int64_t sx, int64_t sy,
+                       F f) {
   if (so == 1 && sx == 1 && sy == 1) {
     for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
   } else if (so == 1 && sx == 1 && sy == 0) {
@@ -81,23 +81,32 @@ T GeluTanhGrad(T x) {
 template <typename T>
 void Unary(UnaryOp op, const StridedIter& it, T* out, const T* x, T a, T b) {
   switch (op) {
-    case UnaryOp::kCopy: return UnaryApply(it, out, x, 1, [](T v) { return v; });
-    case UnaryOp::kNeg: return UnaryApply(it, out, x, 1, [](T v) { return -v; });
-    case UnaryOp::kExp: return UnaryApply(it, out, x, 8, [](T v) { return FastExp(v); });
-    case UnaryOp::kLog: return UnaryApply(it, out, x, 8, [](T v) { return std::log(v); });
-    case UnaryOp::kSqrt: return UnaryApply(it, out, x, 4, [](T v) { return std::sqrt(v); });
+    case UnaryOp::kCopy:
+      return UnaryApply(it, out, x, 1, [](T v) { return v; });
+    case UnaryOp::kNeg:
+      return UnaryApply(it, out, x, 1, [](T v) { return -v; });
+    case UnaryOp::kExp:
+      return UnaryApply(it, out, x, 8, [](T v) { return FastExp(v); });
+    case UnaryOp::kLog:
+      return UnaryApply(it, out, x, 8, [](T v) { return std::log(v); });
+    case UnaryOp::kSqrt:
+      return UnaryApply(it, out, x, 4, [](T v) { return std::sqrt(v); });
     case UnaryOp::kRsqrt:
       return UnaryApply(it, out, x, 4, [](T v) { return T(1) / std::sqrt(v); });
-    case UnaryOp::kAbs: return UnaryApply(it, out, x, 1, [](T v) { return std::fabs(v); });
+    case UnaryOp::kAbs:
+      return UnaryApply(it, out, x, 1, [](T v) { return std::fabs(v); });
     case UnaryOp::kSign:
       return UnaryApply(it, out, x, 1, [](T v) { return T((v > 0) - (v < 0)); });
-    case UnaryOp::kRelu: return UnaryApply(it, out, x, 1, [](T v) { return v < 0 ? T(0) : v; });
+    case UnaryOp::kRelu:
+      return UnaryApply(it, out, x, 1, [](T v) { return v < 0 ? T(0) : v; });
     case UnaryOp::kSigmoid:
       return UnaryApply(it, out, x, 8, [](T v) { return FastSigmoid(v); });
-    case UnaryOp::kTanh: return UnaryApply(it, out, x, 8, [](T v) { return FastTanh(v); });
+    case UnaryOp::kTanh:
+      return UnaryApply(it, out, x, 8, [](T v) { return FastTanh(v); });
     case UnaryOp::kSilu:
       return UnaryApply(it, out, x, 8, [](T v) { return v * FastSigmoid(v); });
-    case UnaryOp::kGeluTanh: return UnaryApply(it, out, x, 12, [](T v) { return GeluTanh(v); });
+    case UnaryOp::kGeluTanh:
+      return UnaryApply(it, out, x, 12, [](T v) { return GeluTanh(v); });
     case UnaryOp::kGeluErf:
       return UnaryApply(it, out, x, 12, [](T v) {
         return T(0.5) * v * (T(1) + std::erf(v * static_cast<T>(kInvSqrt2)));
@@ -111,7 +120,8 @@ void Unary(UnaryOp op, const StridedIter& it, T* out, const T* x, T a, T b) {
         r = r > b ? b : r;
         return v != v ? v : r;
       });
-    case UnaryOp::kAffine: return UnaryApply(it, out, x, 1, [a, b](T v) { return a * v + b; });
+    case UnaryOp::kAffine:
+      return UnaryApply(it, out, x, 1, [a, b](T v) { return a * v + b; });
   }
   TY_CHECK(false) << "unknown unary op " << static_cast<int>(op);
 }
@@ -125,26 +135,35 @@ void UnaryBackward(UnaryOp op, int64_t n, const T* x, const T* y, const T* g, T*
     });
   };
   switch (op) {
-    case UnaryOp::kCopy: return run(1, [&](int64_t i) { return g[i]; });
-    case UnaryOp::kNeg: return run(1, [&](int64_t i) { return -g[i]; });
-    case UnaryOp::kExp: return run(1, [&](int64_t i) { return g[i] * y[i]; });
-    case UnaryOp::kLog: return run(1, [&](int64_t i) { return g[i] / x[i]; });
-    case UnaryOp::kSqrt: return run(1, [&](int64_t i) { return g[i] / (T(2) * y[i]); });
+    case UnaryOp::kCopy:
+      return run(1, [&](int64_t i) { return g[i]; });
+    case UnaryOp::kNeg:
+      return run(1, [&](int64_t i) { return -g[i]; });
+    case UnaryOp::kExp:
+      return run(1, [&](int64_t i) { return g[i] * y[i]; });
+    case UnaryOp::kLog:
+      return run(1, [&](int64_t i) { return g[i] / x[i]; });
+    case UnaryOp::kSqrt:
+      return run(1, [&](int64_t i) { return g[i] / (T(2) * y[i]); });
     case UnaryOp::kRsqrt:
       return run(1, [&](int64_t i) { return g[i] * T(-0.5) * y[i] * y[i] * y[i]; });
     case UnaryOp::kAbs:
       return run(1, [&](int64_t i) { return g[i] * T((x[i] > 0) - (x[i] < 0)); });
-    case UnaryOp::kSign: return run(1, [&](int64_t) { return T(0); });
-    case UnaryOp::kRelu: return run(1, [&](int64_t i) { return x[i] > 0 ? g[i] : T(0); });
+    case UnaryOp::kSign:
+      return run(1, [&](int64_t) { return T(0); });
+    case UnaryOp::kRelu:
+      return run(1, [&](int64_t i) { return x[i] > 0 ? g[i] : T(0); });
     case UnaryOp::kSigmoid:
       return run(1, [&](int64_t i) { return g[i] * y[i] * (T(1) - y[i]); });
-    case UnaryOp::kTanh: return run(1, [&](int64_t i) { return g[i] * (T(1) - y[i] * y[i]); });
+    case UnaryOp::kTanh:
+      return run(1, [&](int64_t i) { return g[i] * (T(1) - y[i] * y[i]); });
     case UnaryOp::kSilu:
       return run(8, [&](int64_t i) {
         T s = FastSigmoid(x[i]);
         return g[i] * s * (T(1) + x[i] * (T(1) - s));
       });
-    case UnaryOp::kGeluTanh: return run(12, [&](int64_t i) { return g[i] * GeluTanhGrad(x[i]); });
+    case UnaryOp::kGeluTanh:
+      return run(12, [&](int64_t i) { return g[i] * GeluTanhGrad(x[i]); });
     case UnaryOp::kGeluErf:
       return run(12, [&](int64_t i) {
         T v = x[i];
@@ -159,7 +178,8 @@ void UnaryBackward(UnaryOp op, int64_t n, const T* x, const T* y, const T* g, T*
       });
     case UnaryOp::kClamp:
       return run(1, [&](int64_t i) { return (x[i] >= a && x[i] <= b) ? g[i] : T(0); });
-    case UnaryOp::kAffine: return run(1, [&](int64_t i) { return g[i] * a; });
+    case UnaryOp::kAffine:
+      return run(1, [&](int64_t i) { return g[i] * a; });
   }
   TY_CHECK(false) << "unknown unary op " << static_cast<int>(op);
 }
@@ -173,16 +193,16 @@ void Binary(BinaryOp op, const StridedIter& it, T* out, const T* x, const T* y, 
     case BinaryOp::kSub:
       if (alpha == T(1)) return BinaryApply(it, out, x, y, [](T u, T v) { return u - v; });
       return BinaryApply(it, out, x, y, [alpha](T u, T v) { return u - alpha * v; });
-    case BinaryOp::kMul: return BinaryApply(it, out, x, y, [](T u, T v) { return u * v; });
-    case BinaryOp::kDiv: return BinaryApply(it, out, x, y, [](T u, T v) { return u / v; });
+    case BinaryOp::kMul:
+      return BinaryApply(it, out, x, y, [](T u, T v) { return u * v; });
+    case BinaryOp::kDiv:
+      return BinaryApply(it, out, x, y, [](T u, T v) { return u / v; });
     case BinaryOp::kMaximum:
-      return BinaryApply(it, out, x, y, [](T u, T v) {
-        return u != u ? u : (v != v ? v : (u > v ? u : v));
-      });
+      return BinaryApply(it, out, x, y,
+                         [](T u, T v) { return u != u ? u : (v != v ? v : (u > v ? u : v)); });
     case BinaryOp::kMinimum:
-      return BinaryApply(it, out, x, y, [](T u, T v) {
-        return u != u ? u : (v != v ? v : (u < v ? u : v));
-      });
+      return BinaryApply(it, out, x, y,
+                         [](T u, T v) { return u != u ? u : (v != v ? v : (u < v ? u : v)); });
     case BinaryOp::kPow:
       return BinaryApply(it, out, x, y, [](T u, T v) { return std::pow(u, v); });
   }
@@ -201,12 +221,18 @@ void Compare(CompareOp op, const StridedIter& it, uint8_t* out, const T* x, cons
     });
   };
   switch (op) {
-    case CompareOp::kEq: return apply([](T u, T v) { return u == v; });
-    case CompareOp::kNe: return apply([](T u, T v) { return u != v; });
-    case CompareOp::kLt: return apply([](T u, T v) { return u < v; });
-    case CompareOp::kLe: return apply([](T u, T v) { return u <= v; });
-    case CompareOp::kGt: return apply([](T u, T v) { return u > v; });
-    case CompareOp::kGe: return apply([](T u, T v) { return u >= v; });
+    case CompareOp::kEq:
+      return apply([](T u, T v) { return u == v; });
+    case CompareOp::kNe:
+      return apply([](T u, T v) { return u != v; });
+    case CompareOp::kLt:
+      return apply([](T u, T v) { return u < v; });
+    case CompareOp::kLe:
+      return apply([](T u, T v) { return u <= v; });
+    case CompareOp::kGt:
+      return apply([](T u, T v) { return u > v; });
+    case CompareOp::kGe:
+      return apply([](T u, T v) { return u >= v; });
   }
 }
 
@@ -233,11 +259,11 @@ void Fill(int64_t n, T* out, T value) {
   ParallelFor(n, GrainFor(1), [&](int64_t b, int64_t e) { FillRun(out + b, e - b, value); });
 }
 
-#define TY_INSTANTIATE(T)                                                                    \
+#define TY_INSTANTIATE(T)                                                                   \
   template void Unary<T>(UnaryOp, const StridedIter&, T*, const T*, T, T);                  \
   template void UnaryBackward<T>(UnaryOp, int64_t, const T*, const T*, const T*, T*, T, T); \
   template void Binary<T>(BinaryOp, const StridedIter&, T*, const T*, const T*, T);         \
-  template void Compare<T>(CompareOp, const StridedIter&, uint8_t*, const T*, const T*);   \
+  template void Compare<T>(CompareOp, const StridedIter&, uint8_t*, const T*, const T*);    \
   template void Where<T>(const StridedIter&, T*, const uint8_t*, const T*, const T*);
 TY_INSTANTIATE(float)
 TY_INSTANTIATE(double)

@@ -13,9 +13,23 @@ namespace trainyard::kernels::cpu {
 // y = f(x; alpha, beta). Parameters: kPow y = x^alpha; kClamp y = min(max(x, alpha), beta)
 // (pass -inf/+inf for a missing side); kAffine y = alpha * x + beta; kLeaky unused here.
 enum class UnaryOp {
-  kCopy, kNeg, kExp, kLog, kSqrt, kRsqrt, kAbs, kSign,
-  kRelu, kSigmoid, kTanh, kSilu, kGeluTanh, kGeluErf,
-  kPow, kClamp, kAffine,
+  kCopy,
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kAbs,
+  kSign,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kSilu,
+  kGeluTanh,
+  kGeluErf,
+  kPow,
+  kClamp,
+  kAffine,
 };
 
 // z = f(x, y). kAdd computes x + alpha * y; kSub x - alpha * y; the others ignore alpha.

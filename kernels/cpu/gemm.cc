@@ -22,8 +22,8 @@ TY_SIMD void Axpy(T* c, const T* b, T s, int64_t n) {
 }  // namespace
 
 template <typename T>
-void GemmReference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
-                   const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void GemmReference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                   int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   // Materialise op(B) row-major so that the inner loop is a contiguous axpy.
   std::vector<T> bt;
   const T* bp = b;
@@ -44,8 +44,7 @@ void GemmReference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
         if (av != T(0)) Axpy(row.data(), bp + p * ldbp, av, n);
       }
       T* ci = c + i * ldc;
-      for (int64_t j = 0; j < n; ++j)
-        ci[j] = alpha * row[j] + (beta == T(0) ? T(0) : beta * ci[j]);
+      for (int64_t j = 0; j < n; ++j) ci[j] = alpha * row[j] + (beta == T(0) ? T(0) : beta * ci[j]);
     }
   });
 }
@@ -77,10 +76,10 @@ bool GemmUsesBlas() {
 #endif
 }
 
-#define TY_INSTANTIATE(T)                                                                   \
-  template void Gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t,       \
-                        const T*, int64_t, T, T*, int64_t);                                 \
-  template void GemmReference<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, \
+#define TY_INSTANTIATE(T)                                                                      \
+  template void Gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, \
+                        int64_t, T, T*, int64_t);                                              \
+  template void GemmReference<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t,  \
                                  const T*, int64_t, T, T*, int64_t);
 TY_INSTANTIATE(float)
 TY_INSTANTIATE(double)

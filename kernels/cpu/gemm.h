@@ -14,8 +14,8 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 
 // The reference kernel, always available (tests compare the fast path against it).
 template <typename T>
-void GemmReference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
-                   const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+void GemmReference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                   int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
 // True when Gemm uses OpenBLAS.
 bool GemmUsesBlas();

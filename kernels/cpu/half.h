@@ -58,7 +58,7 @@ inline Half ToHalf(float f) {
   std::memcpy(&u, &f, 4);
   uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return Half{static_cast<uint16_t>(sign | 0x7e00u)};  // nan
+  if (a > 0x7f800000u) return Half{static_cast<uint16_t>(sign | 0x7e00u)};   // nan
   if (a >= 0x477ff000u) return Half{static_cast<uint16_t>(sign | 0x7c00u)};  // overflow: inf
   if (a < 0x38800000u) {  // subnormal or zero in half
     if (a < 0x33000000u) return Half{sign};

@@ -64,10 +64,10 @@ void IndexAddRows(T* out, int64_t row, const int64_t* index, int64_t n, const T*
   });
 }
 
-#define TY_INSTANTIATE(T)                                                                   \
-  template void Gather<T>(const T*, ArrayRef, int, const int64_t*, ArrayRef, T*);         \
-  template void ScatterAdd<T>(T*, ArrayRef, int, const int64_t*, ArrayRef, const T*);     \
-  template void IndexRows<T>(const T*, int64_t, const int64_t*, int64_t, T*);              \
+#define TY_INSTANTIATE(T)                                                             \
+  template void Gather<T>(const T*, ArrayRef, int, const int64_t*, ArrayRef, T*);     \
+  template void ScatterAdd<T>(T*, ArrayRef, int, const int64_t*, ArrayRef, const T*); \
+  template void IndexRows<T>(const T*, int64_t, const int64_t*, int64_t, T*);         \
   template void IndexAddRows<T>(T*, int64_t, const int64_t*, int64_t, const T*);
 TY_INSTANTIATE(float)
 TY_INSTANTIATE(double)

@@ -14,9 +14,9 @@ constexpr int kMaxDims = 8;
 constexpr int kMaxOperands = 4;
 
 struct StridedIter {
-  int ndim = 0;                              // dims after coalescing (0 means one element)
-  int nops = 0;                              // operands in use
-  int64_t sizes[kMaxDims] = {};              // outermost first
+  int ndim = 0;                  // dims after coalescing (0 means one element)
+  int nops = 0;                  // operands in use
+  int64_t sizes[kMaxDims] = {};  // outermost first
   int64_t strides[kMaxOperands][kMaxDims] = {};
 
   int64_t numel() const {

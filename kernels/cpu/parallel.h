@@ -32,8 +32,7 @@ void ParallelFor(int64_t n, int64_t grain, const F& fn) {
     return;
   }
   internal::ParallelForImpl(
-      n, grain,
-      [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
+      n, grain, [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
       &fn);
 }
 

@@ -124,8 +124,7 @@ template float SumContiguous<float>(const float*, int64_t);
 template double SumContiguous<double>(const double*, int64_t);
 template void ReduceSum<float>(const float*, float*, int64_t, int64_t, int64_t, float);
 template void ReduceSum<double>(const double*, double*, int64_t, int64_t, int64_t, double);
-template void ReduceMaxMin<float>(bool, const float*, float*, int64_t*, int64_t, int64_t,
-                                  int64_t);
+template void ReduceMaxMin<float>(bool, const float*, float*, int64_t*, int64_t, int64_t, int64_t);
 template void ReduceMaxMin<double>(bool, const double*, double*, int64_t*, int64_t, int64_t,
                                    int64_t);
 template void ReduceVar<float>(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t);

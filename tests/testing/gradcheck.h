@@ -6,11 +6,11 @@
 // non-contiguous views (the perturbation writes through them).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "worker/autograd/engine.h"
 #include "worker/autograd/grad_mode.h"

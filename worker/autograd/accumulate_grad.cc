@@ -9,12 +9,11 @@ namespace {
 void AddInPlace(const Tensor& leaf_grad, const Tensor& g) {
   const int64_t* strides[3] = {leaf_grad.strides().data(), leaf_grad.strides().data(),
                                g.strides().data()};
-  auto it = kernels::cpu::MakeIter(static_cast<int>(leaf_grad.dim()), leaf_grad.shape().data(),
-                                   3, strides);
+  auto it = kernels::cpu::MakeIter(static_cast<int>(leaf_grad.dim()), leaf_grad.shape().data(), 3,
+                                   strides);
   TY_DISPATCH_FLOATING(leaf_grad.dtype(), "gradient accumulation", [&] {
-    kernels::cpu::Binary<scalar_t>(kernels::cpu::BinaryOp::kAdd, it,
-                                   leaf_grad.data<scalar_t>(), leaf_grad.data<scalar_t>(),
-                                   g.data<scalar_t>(), scalar_t(1));
+    kernels::cpu::Binary<scalar_t>(kernels::cpu::BinaryOp::kAdd, it, leaf_grad.data<scalar_t>(),
+                                   leaf_grad.data<scalar_t>(), g.data<scalar_t>(), scalar_t(1));
   });
   leaf_grad.BumpVersion();
 }

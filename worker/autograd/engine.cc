@@ -168,10 +168,11 @@ StatusOr<GradList> RootGradients(const std::vector<Tensor>& roots,
     Tensor g = gradients.empty() ? Tensor() : gradients[i];
     if (!g.defined()) {
       if (r.numel() != 1) {
-        return InvalidArgumentError("grad can be implicitly created only for scalar outputs; "
-                                    "output " + std::to_string(i) + " has shape " +
-                                    r.shape().ToString() +
-                                    ": pass a gradient of that shape (a vector-Jacobian product)");
+        return InvalidArgumentError(
+            "grad can be implicitly created only for scalar outputs; "
+            "output " +
+            std::to_string(i) + " has shape " + r.shape().ToString() +
+            ": pass a gradient of that shape (a vector-Jacobian product)");
       }
       g = Ones(r.shape(), r.options());
     } else if (g.shape() != r.shape()) {

@@ -29,24 +29,21 @@ std::vector<Tensor> FunctionContext::saved_tensors() const {
 GradList CustomFunctionNode::Apply(GradList&& grads) {
   std::vector<Tensor> g(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
-    g[i] = grads[i].defined() ? grads[i]
-                              : Zeros(output_meta[i].first, output_meta[i].second);
+    g[i] = grads[i].defined() ? grads[i] : Zeros(output_meta[i].first, output_meta[i].second);
   }
   std::vector<Tensor> result = backward_(ctx_, g);
   GradList out;
   if (result.size() != next_edges().size()) {
     SetBackwardError(InvalidArgumentError(
         std::string(name()) + " returned " + std::to_string(result.size()) +
-        " gradients; it must return one per input (" + std::to_string(next_edges().size()) +
-        ")"));
+        " gradients; it must return one per input (" + std::to_string(next_edges().size()) + ")"));
     return out;
   }
   for (size_t i = 0; i < result.size(); ++i) {
     if (result[i].defined() && result[i].shape() != input_shapes[i]) {
       SetBackwardError(InvalidArgumentError(
-          std::string(name()) + " returned a gradient of shape " +
-          result[i].shape().ToString() + " for input " + std::to_string(i) + " of shape " +
-          input_shapes[i].ToString()));
+          std::string(name()) + " returned a gradient of shape " + result[i].shape().ToString() +
+          " for input " + std::to_string(i) + " of shape " + input_shapes[i].ToString()));
       return GradList();
     }
     out.push_back(result[i]);

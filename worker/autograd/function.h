@@ -78,8 +78,8 @@ std::vector<Tensor> ApplyFunction(const std::vector<Tensor>& inputs) {
   FunctionContext local;
   FunctionContext* ctx = &local;
   if (record) {
-    node = std::make_shared<CustomFunctionNode>(FunctionNodeName(typeid(F).name()), 0,
-                                                &F::Backward);
+    node =
+        std::make_shared<CustomFunctionNode>(FunctionNodeName(typeid(F).name()), 0, &F::Backward);
     ctx = &node->ctx();
   }
   std::vector<Tensor> outputs;

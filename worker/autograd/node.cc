@@ -21,14 +21,14 @@ Status TakeBackwardError() {
 }
 
 SavedTensor::SavedTensor(const Tensor& t, bool is_output)
-    : tensor_(is_output && t.defined() ? t.detach() : t),
-      version_(t.defined() ? t.version() : 0) {}
+    : tensor_(is_output && t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
 
 Node::~Node() {
   thread_local bool tl_deleting = false;
   thread_local std::vector<std::shared_ptr<Node>> tl_pending;
   for (size_t i = 0; i < edges_.size(); ++i) {
-    if (edges_[i].fn && edges_[i].fn.use_count() == 1) tl_pending.push_back(std::move(edges_[i].fn));
+    if (edges_[i].fn && edges_[i].fn.use_count() == 1)
+      tl_pending.push_back(std::move(edges_[i].fn));
   }
   if (tl_deleting) return;  // an outer destructor drains the list
   tl_deleting = true;
@@ -40,8 +40,7 @@ Node::~Node() {
   tl_deleting = false;
 }
 
-Node::Node(uint32_t num_outputs)
-    : num_outputs_(num_outputs), sequence_nr_(tl_next_sequence_nr++) {}
+Node::Node(uint32_t num_outputs) : num_outputs_(num_outputs), sequence_nr_(tl_next_sequence_nr++) {}
 
 size_t Node::Save(const Tensor& t, bool is_output) {
   saved_.emplace_back(t, is_output);
@@ -61,9 +60,8 @@ Status Node::CheckSaved() const {
       return FailedPreconditionError(
           std::string("one of the tensors needed for gradient computation has been modified "
                       "by an in-place operation: tensor ") +
-          std::to_string(i) + " saved by " + name() + " (shape " +
-          s.tensor().shape().ToString() + ") is at version " +
-          std::to_string(s.tensor().version()) + "; expected version " +
+          std::to_string(i) + " saved by " + name() + " (shape " + s.tensor().shape().ToString() +
+          ") is at version " + std::to_string(s.tensor().version()) + "; expected version " +
           std::to_string(s.saved_version()) +
           "; compute with a copy instead of changing it in place");
     }

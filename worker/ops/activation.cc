@@ -19,8 +19,7 @@ Tensor Gelu(const Tensor& x, const std::string& approximate) {
 }
 
 Tensor Sigmoid(const Tensor& x) {
-  return internal::UnaryOp(static_cast<int>(UnaryOp::kSigmoid), x, 0, 0, "SigmoidBackward0",
-                           true);
+  return internal::UnaryOp(static_cast<int>(UnaryOp::kSigmoid), x, 0, 0, "SigmoidBackward0", true);
 }
 
 Tensor Tanh(const Tensor& x) {

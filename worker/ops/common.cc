@@ -61,8 +61,7 @@ void CheckSameFloating(const Tensor& a, const Tensor& b, const char* op_name) {
   CheckFloating(a, op_name);
   CheckFloating(b, op_name);
   TY_CHECK(a.dtype() == b.dtype()) << op_name << ": dtypes differ (" << DTypeName(a.dtype())
-                                   << " and " << DTypeName(b.dtype())
-                                   << "); convert one with To()";
+                                   << " and " << DTypeName(b.dtype()) << "); convert one with To()";
 }
 
 }  // namespace trainyard::ops

@@ -11,8 +11,8 @@
 namespace trainyard::ops {
 
 namespace kc = kernels::cpu;
-using autograd::ShouldRecord;
 using autograd::SetHistory;
+using autograd::ShouldRecord;
 
 namespace {
 
@@ -29,8 +29,7 @@ Tensor BinaryForward(kc::BinaryOp op, const Tensor& a, const Tensor& b, double a
   return out;
 }
 
-Tensor UnaryForward(kc::UnaryOp op, const Tensor& x, double alpha, double beta,
-                    const char* name) {
+Tensor UnaryForward(kc::UnaryOp op, const Tensor& x, double alpha, double beta, const char* name) {
   CheckFloating(x, name);
   Tensor out = Empty(x.shape(), x.options());
   auto it = IterFor(x.shape(), {&out, &x});
@@ -42,17 +41,25 @@ Tensor UnaryForward(kc::UnaryOp op, const Tensor& x, double alpha, double beta,
 }
 
 Tensor CompareForward(kc::CompareOp op, const Tensor& a, const Tensor& b, const char* name) {
-  TY_CHECK(a.dtype() == b.dtype()) << name << ": dtypes differ (" << DTypeName(a.dtype())
-                                   << " and " << DTypeName(b.dtype()) << ")";
+  TY_CHECK(a.dtype() == b.dtype()) << name << ": dtypes differ (" << DTypeName(a.dtype()) << " and "
+                                   << DTypeName(b.dtype()) << ")";
   Shape shape = BroadcastShapes(a.shape(), b.shape(), name);
   Tensor out = Empty(shape, Options(DType::kBool));
   auto it = IterFor(shape, {&out, &a, &b});
   auto* o = static_cast<uint8_t*>(out.raw_data());
   switch (a.dtype()) {
-    case DType::kFloat32: kc::Compare(op, it, o, a.data<float>(), b.data<float>()); break;
-    case DType::kFloat64: kc::Compare(op, it, o, a.data<double>(), b.data<double>()); break;
-    case DType::kInt64: kc::Compare(op, it, o, a.data<int64_t>(), b.data<int64_t>()); break;
-    case DType::kInt32: kc::Compare(op, it, o, a.data<int32_t>(), b.data<int32_t>()); break;
+    case DType::kFloat32:
+      kc::Compare(op, it, o, a.data<float>(), b.data<float>());
+      break;
+    case DType::kFloat64:
+      kc::Compare(op, it, o, a.data<double>(), b.data<double>());
+      break;
+    case DType::kInt64:
+      kc::Compare(op, it, o, a.data<int64_t>(), b.data<int64_t>());
+      break;
+    case DType::kInt32:
+      kc::Compare(op, it, o, a.data<int32_t>(), b.data<int32_t>());
+      break;
     case DType::kUInt8:
     case DType::kBool:
       kc::Compare(op, it, o, static_cast<const uint8_t*>(a.raw_data()),
@@ -74,9 +81,9 @@ void RecordUnary(kc::UnaryOp op, const Tensor& x, const Tensor& out, double alph
     Tensor gx = Empty(xs.shape(), xs.options());
     TY_DISPATCH_FLOATING(xs.dtype(), "unary backward", [&] {
       kc::UnaryBackward<scalar_t>(op, xs.numel(), xs.data<scalar_t>(),
-                                  save_output ? ys.data<scalar_t>() : nullptr,
-                                  gc.data<scalar_t>(), gx.data<scalar_t>(),
-                                  static_cast<scalar_t>(alpha), static_cast<scalar_t>(beta));
+                                  save_output ? ys.data<scalar_t>() : nullptr, gc.data<scalar_t>(),
+                                  gx.data<scalar_t>(), static_cast<scalar_t>(alpha),
+                                  static_cast<scalar_t>(beta));
     });
     return GradList{gx};
   });
@@ -137,13 +144,13 @@ Tensor Sub(const Tensor& a, const Tensor& b, double alpha) {
 Tensor Mul(const Tensor& a, const Tensor& b) {
   Tensor out = BinaryForward(kc::BinaryOp::kMul, a, b, 1, "mul");
   if (ShouldRecord({&a, &b})) {
-    auto node = Record("MulBackward0", {&a, &b},
-                       [sa = a.shape(), sb = b.shape()](Node& n, GradList&& g) {
-                         GradList r(2);
-                         if (NeedsGrad(n, 0)) r[0] = SumToShape(Mul(g[0], n.saved(1)), sa);
-                         if (NeedsGrad(n, 1)) r[1] = SumToShape(Mul(g[0], n.saved(0)), sb);
-                         return r;
-                       });
+    auto node =
+        Record("MulBackward0", {&a, &b}, [sa = a.shape(), sb = b.shape()](Node& n, GradList&& g) {
+          GradList r(2);
+          if (NeedsGrad(n, 0)) r[0] = SumToShape(Mul(g[0], n.saved(1)), sa);
+          if (NeedsGrad(n, 1)) r[1] = SumToShape(Mul(g[0], n.saved(0)), sb);
+          return r;
+        });
     node->Save(a);
     node->Save(b);
     SetHistory(out, node);
@@ -154,18 +161,18 @@ Tensor Mul(const Tensor& a, const Tensor& b) {
 Tensor Div(const Tensor& a, const Tensor& b) {
   Tensor out = BinaryForward(kc::BinaryOp::kDiv, a, b, 1, "div");
   if (ShouldRecord({&a, &b})) {
-    auto node = Record("DivBackward0", {&a, &b},
-                       [sa = a.shape(), sb = b.shape()](Node& n, GradList&& g) {
-                         GradList r(2);
-                         const Tensor& bv = n.saved(1);
-                         if (NeedsGrad(n, 0)) r[0] = SumToShape(Div(g[0], bv), sa);
-                         if (NeedsGrad(n, 1)) {
-                           // d(a/b)/db = -a / b^2
-                           Tensor t = Div(Mul(g[0], n.saved(0)), Mul(bv, bv));
-                           r[1] = SumToShape(Neg(t), sb);
-                         }
-                         return r;
-                       });
+    auto node =
+        Record("DivBackward0", {&a, &b}, [sa = a.shape(), sb = b.shape()](Node& n, GradList&& g) {
+          GradList r(2);
+          const Tensor& bv = n.saved(1);
+          if (NeedsGrad(n, 0)) r[0] = SumToShape(Div(g[0], bv), sa);
+          if (NeedsGrad(n, 1)) {
+            // d(a/b)/db = -a / b^2
+            Tensor t = Div(Mul(g[0], n.saved(0)), Mul(bv, bv));
+            r[1] = SumToShape(Neg(t), sb);
+          }
+          return r;
+        });
     node->Save(a);
     node->Save(b);
     SetHistory(out, node);
@@ -209,28 +216,28 @@ Tensor Minimum(const Tensor& a, const Tensor& b) { return MaxMin(a, b, false); }
 Tensor Pow(const Tensor& a, const Tensor& b) {
   Tensor out = BinaryForward(kc::BinaryOp::kPow, a, b, 1, "pow");
   if (ShouldRecord({&a, &b})) {
-    auto node = Record("PowBackward1", {&a, &b},
-                       [sa = a.shape(), sb = b.shape()](Node& n, GradList&& g) {
-                         const Tensor& x = n.saved(0);
-                         const Tensor& y = n.saved(1);
-                         const Tensor& z = n.saved(2);
-                         GradList r(2);
-                         if (NeedsGrad(n, 0)) {
-                           // y * x^(y-1); where y == 0 the gradient is 0 (as in PyTorch)
-                           Tensor d = Mul(y, Pow(x, AddScalar(y, -1)));
-                           Tensor zero = ZerosLike(d);
-                           d = Where(Eq(y, ZerosLike(y)), zero, d);
-                           r[0] = SumToShape(Mul(g[0], d), sa);
-                         }
-                         if (NeedsGrad(n, 1)) {
-                           // z * log(x); where x == 0 and y >= 0 the gradient is 0
-                           Tensor d = Mul(z, Log(x));
-                           Tensor mask = Eq(x, ZerosLike(x));
-                           d = Where(mask, ZerosLike(d), d);
-                           r[1] = SumToShape(Mul(g[0], d), sb);
-                         }
-                         return r;
-                       });
+    auto node =
+        Record("PowBackward1", {&a, &b}, [sa = a.shape(), sb = b.shape()](Node& n, GradList&& g) {
+          const Tensor& x = n.saved(0);
+          const Tensor& y = n.saved(1);
+          const Tensor& z = n.saved(2);
+          GradList r(2);
+          if (NeedsGrad(n, 0)) {
+            // y * x^(y-1); where y == 0 the gradient is 0 (as in PyTorch)
+            Tensor d = Mul(y, Pow(x, AddScalar(y, -1)));
+            Tensor zero = ZerosLike(d);
+            d = Where(Eq(y, ZerosLike(y)), zero, d);
+            r[0] = SumToShape(Mul(g[0], d), sa);
+          }
+          if (NeedsGrad(n, 1)) {
+            // z * log(x); where x == 0 and y >= 0 the gradient is 0
+            Tensor d = Mul(z, Log(x));
+            Tensor mask = Eq(x, ZerosLike(x));
+            d = Where(mask, ZerosLike(d), d);
+            r[1] = SumToShape(Mul(g[0], d), sb);
+          }
+          return r;
+        });
     node->Save(a);
     node->Save(b);
     node->Save(out, /*is_output=*/true);
@@ -275,8 +282,7 @@ Tensor Sqrt(const Tensor& x) {
   return internal::UnaryOp(static_cast<int>(kc::UnaryOp::kSqrt), x, 0, 0, "SqrtBackward0", true);
 }
 Tensor Rsqrt(const Tensor& x) {
-  return internal::UnaryOp(static_cast<int>(kc::UnaryOp::kRsqrt), x, 0, 0, "RsqrtBackward0",
-                           true);
+  return internal::UnaryOp(static_cast<int>(kc::UnaryOp::kRsqrt), x, 0, 0, "RsqrtBackward0", true);
 }
 Tensor Abs(const Tensor& x) {
   return internal::UnaryOp(static_cast<int>(kc::UnaryOp::kAbs), x, 0, 0, "AbsBackward0", false);
@@ -290,8 +296,8 @@ Tensor Where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   TY_CHECK(cond.dtype() == DType::kBool || cond.dtype() == DType::kUInt8)
       << "where: condition must be bool or uint8, got " << DTypeName(cond.dtype());
   CheckSameFloating(a, b, "where");
-  Shape shape = BroadcastShapes(BroadcastShapes(cond.shape(), a.shape(), "where"), b.shape(),
-                                "where");
+  Shape shape =
+      BroadcastShapes(BroadcastShapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = Empty(shape, a.options());
   auto it = IterFor(shape, {&out, &cond, &a, &b});
   TY_DISPATCH_FLOATING(a.dtype(), "where", [&] {
@@ -299,27 +305,39 @@ Tensor Where(const Tensor& cond, const Tensor& a, const Tensor& b) {
                         a.data<scalar_t>(), b.data<scalar_t>());
   });
   if (ShouldRecord({&a, &b})) {
-    auto node = Record("WhereBackward0", {&a, &b},
-                       [sa = a.shape(), sb = b.shape()](Node& n, GradList&& g) {
-                         const Tensor& c = n.saved(0);
-                         Tensor zero = ZerosLike(g[0]);
-                         GradList r(2);
-                         if (NeedsGrad(n, 0)) r[0] = SumToShape(Where(c, g[0], zero), sa);
-                         if (NeedsGrad(n, 1)) r[1] = SumToShape(Where(c, zero, g[0]), sb);
-                         return r;
-                       });
+    auto node =
+        Record("WhereBackward0", {&a, &b}, [sa = a.shape(), sb = b.shape()](Node& n, GradList&& g) {
+          const Tensor& c = n.saved(0);
+          Tensor zero = ZerosLike(g[0]);
+          GradList r(2);
+          if (NeedsGrad(n, 0)) r[0] = SumToShape(Where(c, g[0], zero), sa);
+          if (NeedsGrad(n, 1)) r[1] = SumToShape(Where(c, zero, g[0]), sb);
+          return r;
+        });
     node->Save(cond);
     SetHistory(out, node);
   }
   return out;
 }
 
-Tensor Eq(const Tensor& a, const Tensor& b) { return CompareForward(kc::CompareOp::kEq, a, b, "eq"); }
-Tensor Ne(const Tensor& a, const Tensor& b) { return CompareForward(kc::CompareOp::kNe, a, b, "ne"); }
-Tensor Lt(const Tensor& a, const Tensor& b) { return CompareForward(kc::CompareOp::kLt, a, b, "lt"); }
-Tensor Le(const Tensor& a, const Tensor& b) { return CompareForward(kc::CompareOp::kLe, a, b, "le"); }
-Tensor Gt(const Tensor& a, const Tensor& b) { return CompareForward(kc::CompareOp::kGt, a, b, "gt"); }
-Tensor Ge(const Tensor& a, const Tensor& b) { return CompareForward(kc::CompareOp::kGe, a, b, "ge"); }
+Tensor Eq(const Tensor& a, const Tensor& b) {
+  return CompareForward(kc::CompareOp::kEq, a, b, "eq");
+}
+Tensor Ne(const Tensor& a, const Tensor& b) {
+  return CompareForward(kc::CompareOp::kNe, a, b, "ne");
+}
+Tensor Lt(const Tensor& a, const Tensor& b) {
+  return CompareForward(kc::CompareOp::kLt, a, b, "lt");
+}
+Tensor Le(const Tensor& a, const Tensor& b) {
+  return CompareForward(kc::CompareOp::kLe, a, b, "le");
+}
+Tensor Gt(const Tensor& a, const Tensor& b) {
+  return CompareForward(kc::CompareOp::kGt, a, b, "gt");
+}
+Tensor Ge(const Tensor& a, const Tensor& b) {
+  return CompareForward(kc::CompareOp::kGe, a, b, "ge");
+}
 Tensor GtScalar(const Tensor& a, double s) { return Gt(a, Scalar(s, a.options())); }
 
 void AddInPlace(const Tensor& self, const Tensor& other, double alpha) {

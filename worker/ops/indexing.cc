@@ -21,8 +21,7 @@ void CheckIndices(const Tensor& index, int64_t size, int64_t dim, const char* op
   const int64_t* p = c.data<int64_t>();
   for (int64_t i = 0; i < c.numel(); ++i) {
     TY_CHECK(p[i] >= 0 && p[i] < size) << op_name << ": index " << p[i]
-                                       << " is out of range for dim " << dim << " of size "
-                                       << size;
+                                       << " is out of range for dim " << dim << " of size " << size;
   }
 }
 
@@ -73,8 +72,8 @@ Tensor Stack(const std::vector<Tensor>& tensors, int64_t dim) {
   dim = WrapDim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
   for (const Tensor& t : tensors) {
-    TY_CHECK(t.shape() == tensors[0].shape()) << "stack: shapes differ: " << t.shape() << " vs "
-                                              << tensors[0].shape();
+    TY_CHECK(t.shape() == tensors[0].shape())
+        << "stack: shapes differ: " << t.shape() << " vs " << tensors[0].shape();
     parts.push_back(Unsqueeze(t, dim));
   }
   return Cat(parts, dim);
@@ -116,20 +115,19 @@ Tensor IndexSelect(const Tensor& x, int64_t dim, const Tensor& index) {
   });
   Tensor out = ContiguousData(dim == 0 ? out_front : views::Transpose(out_front, 0, dim));
   if (ShouldRecord({&x})) {
-    auto node = Record("IndexSelectBackward0", {&x},
-                       [shape = x.shape(), dim, row](Node& n, GradList&& g) {
-                         const Tensor& idx = n.saved(0);
-                         Shape fs = shape;
-                         std::swap(fs[0], fs[dim]);
-                         Tensor gx_front = Zeros(fs, g[0].options());
-                         Tensor gf = DimToFront(g[0], dim);
-                         TY_DISPATCH_FLOATING(gf.dtype(), "index_select backward", [&] {
-                           kc::IndexAddRows<scalar_t>(gx_front.data<scalar_t>(), row,
-                                                      idx.data<int64_t>(), idx.numel(),
-                                                      gf.data<scalar_t>());
-                         });
-                         return GradList{dim == 0 ? gx_front : views::Transpose(gx_front, 0, dim)};
-                       });
+    auto node =
+        Record("IndexSelectBackward0", {&x}, [shape = x.shape(), dim, row](Node& n, GradList&& g) {
+          const Tensor& idx = n.saved(0);
+          Shape fs = shape;
+          std::swap(fs[0], fs[dim]);
+          Tensor gx_front = Zeros(fs, g[0].options());
+          Tensor gf = DimToFront(g[0], dim);
+          TY_DISPATCH_FLOATING(gf.dtype(), "index_select backward", [&] {
+            kc::IndexAddRows<scalar_t>(gx_front.data<scalar_t>(), row, idx.data<int64_t>(),
+                                       idx.numel(), gf.data<scalar_t>());
+          });
+          return GradList{dim == 0 ? gx_front : views::Transpose(gx_front, 0, dim)};
+        });
     node->Save(idx);
     SetHistory(out, node);
   }
@@ -138,8 +136,8 @@ Tensor IndexSelect(const Tensor& x, int64_t dim, const Tensor& index) {
 
 namespace {
 void CheckGatherShapes(const Tensor& x, int64_t dim, const Tensor& index, const char* name) {
-  TY_CHECK(index.dim() == x.dim()) << name << ": index has " << index.dim() << " dims, input "
-                                   << x.dim();
+  TY_CHECK(index.dim() == x.dim())
+      << name << ": index has " << index.dim() << " dims, input " << x.dim();
   for (int64_t d = 0; d < x.dim(); ++d)
     TY_CHECK(d == dim || index.shape()[d] <= x.shape()[d])
         << name << ": index shape " << index.shape() << " exceeds input shape " << x.shape()
@@ -174,16 +172,16 @@ Tensor ScatterAdd(const Tensor& self, int64_t dim, const Tensor& index, const Te
   CheckSameFloating(self, src, "scatter_add");
   dim = WrapDim(dim, self.dim(), "scatter_add");
   CheckGatherShapes(self, dim, index, "scatter_add");
-  TY_CHECK(src.shape() == index.shape()) << "scatter_add: src shape " << src.shape()
-                                         << " must equal index shape " << index.shape();
+  TY_CHECK(src.shape() == index.shape())
+      << "scatter_add: src shape " << src.shape() << " must equal index shape " << index.shape();
   Tensor idx = ContiguousData(index);
   Tensor s = ContiguousData(src);
   Tensor out = ConvertTo(self, self.dtype(), /*force_copy=*/true);
   kc::ArrayRef oa{static_cast<int>(out.dim()), out.shape().data(), out.strides().data()};
   kc::ArrayRef ia{static_cast<int>(idx.dim()), idx.shape().data(), idx.strides().data()};
   TY_DISPATCH_FLOATING(self.dtype(), "scatter_add", [&] {
-    kc::ScatterAdd<scalar_t>(out.data<scalar_t>(), oa, static_cast<int>(dim),
-                             idx.data<int64_t>(), ia, s.data<scalar_t>());
+    kc::ScatterAdd<scalar_t>(out.data<scalar_t>(), oa, static_cast<int>(dim), idx.data<int64_t>(),
+                             ia, s.data<scalar_t>());
   });
   if (ShouldRecord({&self, &src})) {
     auto node = Record("ScatterAddBackward0", {&self, &src}, [dim](Node& n, GradList&& g) {
@@ -250,18 +248,17 @@ Tensor Embedding(const Tensor& weight, const Tensor& indices) {
                             out.data<scalar_t>());
   });
   if (ShouldRecord({&weight})) {
-    auto node = Record("EmbeddingBackward0", {&weight},
-                       [wshape = weight.shape()](Node& n, GradList&& g) {
-                         const Tensor& idx = n.saved(0);
-                         Tensor gw = Zeros(wshape, g[0].options());
-                         Tensor gc = ContiguousData(g[0]);
-                         TY_DISPATCH_FLOATING(gc.dtype(), "embedding backward", [&] {
-                           kc::IndexAddRows<scalar_t>(gw.data<scalar_t>(), wshape[1],
-                                                      idx.data<int64_t>(), idx.numel(),
-                                                      gc.data<scalar_t>());
-                         });
-                         return GradList{gw};
-                       });
+    auto node =
+        Record("EmbeddingBackward0", {&weight}, [wshape = weight.shape()](Node& n, GradList&& g) {
+          const Tensor& idx = n.saved(0);
+          Tensor gw = Zeros(wshape, g[0].options());
+          Tensor gc = ContiguousData(g[0]);
+          TY_DISPATCH_FLOATING(gc.dtype(), "embedding backward", [&] {
+            kc::IndexAddRows<scalar_t>(gw.data<scalar_t>(), wshape[1], idx.data<int64_t>(),
+                                       idx.numel(), gc.data<scalar_t>());
+          });
+          return GradList{gw};
+        });
     node->Save(idx);
     SetHistory(out, node);
   }

@@ -50,8 +50,8 @@ std::shared_ptr<LambdaNode<F>> Record(const char* name, std::initializer_list<co
 }
 
 template <typename F>
-std::shared_ptr<LambdaNode<F>> RecordList(const char* name, const std::vector<Tensor>& inputs,
-                                          F fn, uint32_t num_outputs = 1) {
+std::shared_ptr<LambdaNode<F>> RecordList(const char* name, const std::vector<Tensor>& inputs, F fn,
+                                          uint32_t num_outputs = 1) {
   auto node = std::make_shared<LambdaNode<F>>(name, num_outputs, std::move(fn));
   for (const Tensor& t : inputs) node->add_edge(autograd::GradientEdge(t));
   return node;

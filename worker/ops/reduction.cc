@@ -23,7 +23,7 @@ namespace {
 struct Plan {
   Tensor input;  // contiguous
   int64_t outer = 1, k = 1, inner = 1;
-  Shape out_shape;   // with keepdim
+  Shape out_shape;  // with keepdim
   Shape out_squeezed;
   std::vector<bool> reduced;
 };
@@ -79,19 +79,19 @@ Tensor SumImpl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, 
   Tensor out = Empty(keepdim ? p.out_shape : p.out_squeezed, x.options());
   TY_DISPATCH_FLOATING(x.dtype(), name, [&] {
     scalar_t scale = mean ? scalar_t(1) / static_cast<scalar_t>(p.k) : scalar_t(1);
-    kc::ReduceSum<scalar_t>(p.input.data<scalar_t>(), out.data<scalar_t>(), p.outer, p.k,
-                            p.inner, scale);
+    kc::ReduceSum<scalar_t>(p.input.data<scalar_t>(), out.data<scalar_t>(), p.outer, p.k, p.inner,
+                            scale);
   });
   if (ShouldRecord({&x})) {
     const char* node_name = dims.empty() ? (mean ? "MeanBackward0" : "SumBackward0")
                                          : (mean ? "MeanBackward1" : "SumBackward1");
-    auto node = Record(node_name, {&x},
-                       [in_shape = x.shape(), kept = p.out_shape, k = p.k, mean](
-                           Node&, GradList&& g) {
-                         Tensor gk = Reshape(g[0], kept);
-                         if (mean) gk = MulScalar(gk, 1.0 / static_cast<double>(k));
-                         return GradList{Expand(gk, in_shape)};
-                       });
+    auto node =
+        Record(node_name, {&x},
+               [in_shape = x.shape(), kept = p.out_shape, k = p.k, mean](Node&, GradList&& g) {
+                 Tensor gk = Reshape(g[0], kept);
+                 if (mean) gk = MulScalar(gk, 1.0 / static_cast<double>(k));
+                 return GradList{Expand(gk, in_shape)};
+               });
     SetHistory(out, node);
   }
   return out;
@@ -113,8 +113,8 @@ Tensor Var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
   Plan p = MakePlan(x, dims, "var");
   Tensor out = Empty(keepdim ? p.out_shape : p.out_squeezed, x.options());
   TY_DISPATCH_FLOATING(x.dtype(), "var", [&] {
-    kc::ReduceVar<scalar_t>(p.input.data<scalar_t>(), out.data<scalar_t>(), nullptr, p.outer,
-                            p.k, p.inner, correction);
+    kc::ReduceVar<scalar_t>(p.input.data<scalar_t>(), out.data<scalar_t>(), nullptr, p.outer, p.k,
+                            p.inner, correction);
   });
   if (ShouldRecord({&x})) {
     auto node = Record("VarBackward0", {&x},
@@ -122,7 +122,8 @@ Tensor Var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
                          // d var / dx = 2 (x - mean) / (k - correction)
                          const Tensor& xs = n.saved(0);
                          Tensor mean = Mean(xs, dims, /*keepdim=*/true);
-                         double scale = 2.0 / static_cast<double>(std::max<int64_t>(k - correction, 0));
+                         double scale =
+                             2.0 / static_cast<double>(std::max<int64_t>(k - correction, 0));
                          Tensor gk = Reshape(g[0], kept);
                          return GradList{Mul(MulScalar(Sub(xs, mean), scale), gk)};
                        });

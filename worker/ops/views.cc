@@ -60,9 +60,8 @@ Tensor Flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
 Tensor Transpose(const Tensor& x, int64_t d0, int64_t d1) {
   Tensor out = views::Transpose(x, d0, d1);
   if (ShouldRecord({&x})) {
-    auto node = Record("TransposeBackward0", {&x}, [d0, d1](Node&, GradList&& g) {
-      return GradList{Transpose(g[0], d0, d1)};
-    });
+    auto node = Record("TransposeBackward0", {&x},
+                       [d0, d1](Node&, GradList&& g) { return GradList{Transpose(g[0], d0, d1)}; });
     SetHistory(out, node);
   }
   return out;
@@ -74,9 +73,8 @@ Tensor Permute(const Tensor& x, const Shape& order) {
     Shape inverse;
     inverse.resize(order.size());
     for (int64_t i = 0; i < order.size(); ++i) inverse[WrapDim(order[i], x.dim(), "permute")] = i;
-    auto node = Record("PermuteBackward0", {&x}, [inverse](Node&, GradList&& g) {
-      return GradList{Permute(g[0], inverse)};
-    });
+    auto node = Record("PermuteBackward0", {&x},
+                       [inverse](Node&, GradList&& g) { return GradList{Permute(g[0], inverse)}; });
     SetHistory(out, node);
   }
   return out;

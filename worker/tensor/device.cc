@@ -9,17 +9,15 @@ StatusOr<Device> Device::Parse(const std::string& text) {
   if (text == "cuda") return Device::Cuda(0);
   if (text.rfind("cuda:", 0) == 0) {
     std::string idx = text.substr(5);
-    bool digits = !idx.empty() && idx.size() <= 4 &&
-                  idx.find_first_not_of("0123456789") == std::string::npos;
+    bool digits =
+        !idx.empty() && idx.size() <= 4 && idx.find_first_not_of("0123456789") == std::string::npos;
     if (digits) return Device::Cuda(std::atoi(idx.c_str()));
   }
   return InvalidArgumentError("device \"" + text +
                               "\" is not valid; use \"cpu\", \"cuda\" or \"cuda:N\"");
 }
 
-std::string Device::ToString() const {
-  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
-}
+std::string Device::ToString() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
 Status CheckDeviceAvailable(Device device) {
   if (device.is_cpu()) return OkStatus();

@@ -4,28 +4,44 @@ namespace trainyard {
 
 size_t ElementSize(DType t) {
   switch (t) {
-    case DType::kFloat32: return 4;
-    case DType::kFloat64: return 8;
-    case DType::kBFloat16: return 2;
-    case DType::kFloat16: return 2;
-    case DType::kInt64: return 8;
-    case DType::kInt32: return 4;
-    case DType::kUInt8: return 1;
-    case DType::kBool: return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat64:
+      return 8;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat16:
+      return 2;
+    case DType::kInt64:
+      return 8;
+    case DType::kInt32:
+      return 4;
+    case DType::kUInt8:
+      return 1;
+    case DType::kBool:
+      return 1;
   }
   return 0;
 }
 
 const char* DTypeName(DType t) {
   switch (t) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat16: return "float16";
-    case DType::kInt64: return "int64";
-    case DType::kInt32: return "int32";
-    case DType::kUInt8: return "uint8";
-    case DType::kBool: return "bool";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kInt64:
+      return "int64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kBool:
+      return "bool";
   }
   return "unknown";
 }

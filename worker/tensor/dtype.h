@@ -11,7 +11,16 @@
 
 namespace trainyard {
 
-enum class DType : uint8_t { kFloat32, kFloat64, kBFloat16, kFloat16, kInt64, kInt32, kUInt8, kBool };
+enum class DType : uint8_t {
+  kFloat32,
+  kFloat64,
+  kBFloat16,
+  kFloat16,
+  kInt64,
+  kInt32,
+  kUInt8,
+  kBool
+};
 
 size_t ElementSize(DType t);
 const char* DTypeName(DType t);  // "float32", "bfloat16", ... as PyTorch spells them
@@ -20,14 +29,38 @@ StatusOr<DType> ParseDType(const std::string& name);
 
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::kBFloat16; };
-template <> struct DTypeOf<Half> { static constexpr DType value = DType::kFloat16; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUInt8; };
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kFloat32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::kFloat64;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = DType::kBFloat16;
+};
+template <>
+struct DTypeOf<Half> {
+  static constexpr DType value = DType::kFloat16;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::kInt64;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::kInt32;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::kUInt8;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = DType::kBool;
+};
 
 }  // namespace trainyard
 
@@ -40,27 +73,27 @@ template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; 
     break;                        \
   }
 
-#define TY_DISPATCH_FLOATING(dtype, op_name, ...)                                            \
-  [&] {                                                                                      \
-    switch (dtype) {                                                                         \
+#define TY_DISPATCH_FLOATING(dtype, op_name, ...)                                           \
+  [&] {                                                                                     \
+    switch (dtype) {                                                                        \
       TY_DTYPE_CASE(::trainyard::DType::kFloat32, float, __VA_ARGS__)                       \
       TY_DTYPE_CASE(::trainyard::DType::kFloat64, double, __VA_ARGS__)                      \
-      default:                                                                               \
-        TY_CHECK(false) << op_name << ": dtype " << ::trainyard::DTypeName(dtype)            \
+      default:                                                                              \
+        TY_CHECK(false) << op_name << ": dtype " << ::trainyard::DTypeName(dtype)           \
                         << " is not supported; use float32 or float64 (convert with To())"; \
-    }                                                                                        \
+    }                                                                                       \
   }()
 
-#define TY_DISPATCH_ALL(dtype, op_name, ...)                                       \
-  [&] {                                                                            \
-    switch (dtype) {                                                               \
-      TY_DTYPE_CASE(::trainyard::DType::kFloat32, float, __VA_ARGS__)             \
-      TY_DTYPE_CASE(::trainyard::DType::kFloat64, double, __VA_ARGS__)            \
+#define TY_DISPATCH_ALL(dtype, op_name, ...)                                           \
+  [&] {                                                                                \
+    switch (dtype) {                                                                   \
+      TY_DTYPE_CASE(::trainyard::DType::kFloat32, float, __VA_ARGS__)                  \
+      TY_DTYPE_CASE(::trainyard::DType::kFloat64, double, __VA_ARGS__)                 \
       TY_DTYPE_CASE(::trainyard::DType::kBFloat16, ::trainyard::BFloat16, __VA_ARGS__) \
-      TY_DTYPE_CASE(::trainyard::DType::kFloat16, ::trainyard::Half, __VA_ARGS__)  \
-      TY_DTYPE_CASE(::trainyard::DType::kInt64, int64_t, __VA_ARGS__)              \
-      TY_DTYPE_CASE(::trainyard::DType::kInt32, int32_t, __VA_ARGS__)              \
-      TY_DTYPE_CASE(::trainyard::DType::kUInt8, uint8_t, __VA_ARGS__)              \
-      TY_DTYPE_CASE(::trainyard::DType::kBool, bool, __VA_ARGS__)                  \
-    }                                                                              \
+      TY_DTYPE_CASE(::trainyard::DType::kFloat16, ::trainyard::Half, __VA_ARGS__)      \
+      TY_DTYPE_CASE(::trainyard::DType::kInt64, int64_t, __VA_ARGS__)                  \
+      TY_DTYPE_CASE(::trainyard::DType::kInt32, int32_t, __VA_ARGS__)                  \
+      TY_DTYPE_CASE(::trainyard::DType::kUInt8, uint8_t, __VA_ARGS__)                  \
+      TY_DTYPE_CASE(::trainyard::DType::kBool, bool, __VA_ARGS__)                      \
+    }                                                                                  \
   }()

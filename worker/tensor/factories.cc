@@ -95,8 +95,8 @@ void NormalInPlace(const Tensor& t, double mean, double std, Generator* gen) {
 }
 
 Tensor Uniform(const Shape& shape, double lo, double hi, TensorOptions options, Generator* gen) {
-  TY_CHECK(IsFloating(options.dtype)) << "uniform: dtype must be floating, got "
-                                      << DTypeName(options.dtype);
+  TY_CHECK(IsFloating(options.dtype))
+      << "uniform: dtype must be floating, got " << DTypeName(options.dtype);
   bool rg = options.requires_grad;
   Tensor t = Empty(shape, options.set_requires_grad(false));
   UniformInPlace(t, lo, hi, gen);
@@ -104,10 +104,9 @@ Tensor Uniform(const Shape& shape, double lo, double hi, TensorOptions options, 
   return t;
 }
 
-Tensor Normal(const Shape& shape, double mean, double std, TensorOptions options,
-              Generator* gen) {
-  TY_CHECK(IsFloating(options.dtype)) << "normal: dtype must be floating, got "
-                                      << DTypeName(options.dtype);
+Tensor Normal(const Shape& shape, double mean, double std, TensorOptions options, Generator* gen) {
+  TY_CHECK(IsFloating(options.dtype))
+      << "normal: dtype must be floating, got " << DTypeName(options.dtype);
   bool rg = options.requires_grad;
   Tensor t = Empty(shape, options.set_requires_grad(false));
   NormalInPlace(t, mean, std, gen);
@@ -122,8 +121,7 @@ Tensor Randn(const Shape& shape, TensorOptions options, Generator* gen) {
   return Normal(shape, 0, 1, options, gen);
 }
 
-Tensor RandInt(const Shape& shape, int64_t lo, int64_t hi, TensorOptions options,
-               Generator* gen) {
+Tensor RandInt(const Shape& shape, int64_t lo, int64_t hi, TensorOptions options, Generator* gen) {
   TY_CHECK(hi > lo) << "randint: high " << hi << " must be above low " << lo;
   Tensor u = Uniform(shape, 0, 1, Options(DType::kFloat64), gen);
   Tensor t = Empty(shape, options);

@@ -49,8 +49,8 @@ Shape BroadcastShapes(const Shape& a, const Shape& b, const char* op_name) {
     int64_t ai = i - (n - a.size()), bi = i - (n - b.size());
     int64_t da = ai >= 0 ? a[ai] : 1, db = bi >= 0 ? b[bi] : 1;
     TY_CHECK(da == db || da == 1 || db == 1)
-        << op_name << ": shapes " << a << " and " << b << " cannot be broadcast (dim " << i
-        << ": " << da << " vs " << db << ")";
+        << op_name << ": shapes " << a << " and " << b << " cannot be broadcast (dim " << i << ": "
+        << da << " vs " << db << ")";
     out[i] = da == 1 ? db : da;
   }
   return out;

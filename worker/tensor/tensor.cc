@@ -65,8 +65,7 @@ Tensor Tensor::detach() const {
 }
 
 Tensor Empty(const Shape& shape, TensorOptions options) {
-  for (int64_t d : shape)
-    TY_CHECK(d >= 0) << "Empty: negative size " << d << " in shape " << shape;
+  for (int64_t d : shape) TY_CHECK(d >= 0) << "Empty: negative size " << d << " in shape " << shape;
   auto impl = std::make_shared<TensorImpl>();
   const size_t nbytes = static_cast<size_t>(shape.numel()) * ElementSize(options.dtype);
   impl->storage = std::make_shared<Storage>(nbytes, options.device);
@@ -93,8 +92,8 @@ Tensor MakeView(const Tensor& base, const Shape& sizes, const Shape& strides, in
 void CopyInto(const Tensor& dst, const Tensor& src) {
   const Shape& ds = dst.shape();
   const Shape& ss = src.shape();
-  TY_CHECK(ss.size() <= ds.size()) << "copy: source shape " << ss
-                                   << " cannot be broadcast to " << ds;
+  TY_CHECK(ss.size() <= ds.size())
+      << "copy: source shape " << ss << " cannot be broadcast to " << ds;
   Shape src_strides;
   src_strides.resize(ds.size());
   const int64_t lead = ds.size() - ss.size();
@@ -163,10 +162,12 @@ void PrintDim(std::ostream& os, const std::vector<double>& v, const Shape& shape
     if (d + 1 == shape.size()) {
       char buf[64];
       double x = v[base + i];
-      if (!floating) std::snprintf(buf, sizeof(buf), "%.0f", x);
+      if (!floating)
+        std::snprintf(buf, sizeof(buf), "%.0f", x);
       else if (std::isfinite(x) && (std::fabs(x) >= 1e5 || (x != 0 && std::fabs(x) < 1e-4)))
         std::snprintf(buf, sizeof(buf), "%.4e", x);
-      else std::snprintf(buf, sizeof(buf), "%.4f", x);
+      else
+        std::snprintf(buf, sizeof(buf), "%.4f", x);
       os << buf;
     } else {
       PrintDim(os, v, shape, d + 1, base + i * stride, floating, summarize, indent + 1);

@@ -45,8 +45,8 @@ struct TensorImpl {
   Shape sizes;
   Shape strides;  // in elements
   DType dtype = DType::kFloat32;
-  bool requires_grad = false;    // leaves: set by the user; non-leaves: has a grad_fn
-  uint32_t output_nr = 0;        // which output of grad_fn this is
+  bool requires_grad = false;  // leaves: set by the user; non-leaves: has a grad_fn
+  uint32_t output_nr = 0;      // which output of grad_fn this is
   std::shared_ptr<autograd::Node> grad_fn;
   std::unique_ptr<AutogradMeta> meta;
 
@@ -80,7 +80,7 @@ class Tensor {
   const Shape& shape() const { return impl_->sizes; }
   const Shape& strides() const { return impl_->strides; }
   int64_t dim() const { return impl_->sizes.size(); }
-  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t numel() const { return impl_->sizes.numel(); }
   int64_t offset() const { return impl_->offset; }
@@ -96,9 +96,8 @@ class Tensor {
   }
   template <typename T>
   T* data() const {
-    TY_CHECK(DTypeOf<T>::value == dtype())
-        << "data<" << DTypeName(DTypeOf<T>::value) << ">() on a " << DTypeName(dtype())
-        << " tensor";
+    TY_CHECK(DTypeOf<T>::value == dtype()) << "data<" << DTypeName(DTypeOf<T>::value) << ">() on a "
+                                           << DTypeName(dtype()) << " tensor";
     return static_cast<T*>(raw_data());
   }
   // The value of a one-element tensor, converted to double.

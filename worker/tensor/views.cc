@@ -2,8 +2,7 @@
 
 namespace trainyard::views {
 
-std::optional<Shape> ViewStrides(const Shape& sizes, const Shape& strides,
-                                 const Shape& new_sizes) {
+std::optional<Shape> ViewStrides(const Shape& sizes, const Shape& strides, const Shape& new_sizes) {
   // Walk chunks of old dims that are contiguous among themselves; each chunk must map onto a
   // run of new dims with the same element count (the rule PyTorch's view() follows).
   Shape out;
@@ -62,8 +61,7 @@ Tensor View(const Tensor& t, const Shape& new_sizes) {
   Shape sizes = InferSize(new_sizes, t.numel(), "view");
   auto strides = ViewStrides(t.shape(), t.strides(), sizes);
   TY_CHECK(strides.has_value()) << "view: cannot view shape " << t.shape() << " with strides "
-                                << t.strides() << " as " << sizes
-                                << " without a copy; use Reshape";
+                                << t.strides() << " as " << sizes << " without a copy; use Reshape";
   return MakeView(t, sizes, *strides, t.offset());
 }
 
@@ -130,8 +128,8 @@ Tensor Select(const Tensor& t, int64_t dim, int64_t index) {
 }
 
 Tensor Expand(const Tensor& t, const Shape& sizes) {
-  TY_CHECK(sizes.size() >= t.dim()) << "expand: cannot expand shape " << t.shape() << " to "
-                                    << sizes << " (fewer dims)";
+  TY_CHECK(sizes.size() >= t.dim())
+      << "expand: cannot expand shape " << t.shape() << " to " << sizes << " (fewer dims)";
   Shape out_sizes, out_strides;
   out_sizes.resize(sizes.size());
   out_strides.resize(sizes.size());
@@ -147,8 +145,7 @@ Tensor Expand(const Tensor& t, const Shape& sizes) {
     int64_t have = t.shape()[si];
     int64_t want = sizes[i] == -1 ? have : sizes[i];
     TY_CHECK(have == want || have == 1) << "expand: dim " << si << " of shape " << t.shape()
-                                        << " has size " << have << ", cannot expand to "
-                                        << sizes;
+                                        << " has size " << have << ", cannot expand to " << sizes;
     out_sizes[i] = want;
     out_strides[i] = (have == want) ? t.strides()[si] : 0;
   }

@@ -23,8 +23,8 @@ Tensor Narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
 Tensor Select(const Tensor& t, int64_t dim, int64_t index);
 // Size -1 keeps a dim; new leading dims may be added.
 Tensor Expand(const Tensor& t, const Shape& sizes);
-Tensor Squeeze(const Tensor& t);                 // all size-1 dims
-Tensor Squeeze(const Tensor& t, int64_t dim);     // one dim, if its size is 1
+Tensor Squeeze(const Tensor& t);               // all size-1 dims
+Tensor Squeeze(const Tensor& t, int64_t dim);  // one dim, if its size is 1
 Tensor Unsqueeze(const Tensor& t, int64_t dim);
 
 }  // namespace trainyard::views

@@ -36,7 +36,7 @@ TEST(AutogradTest, OpsRecordGradFnWithEdgesAndPropagateRequiresGrad) {
   ASSERT_NE(y.grad_fn(), nullptr);
   EXPECT_STREQ(y.grad_fn()->name(), "MulBackward0");
   ASSERT_EQ(y.grad_fn()->next_edges().size(), 2u);
-  EXPECT_TRUE(y.grad_fn()->next_edges()[0].valid());   // x: its AccumulateGrad
+  EXPECT_TRUE(y.grad_fn()->next_edges()[0].valid());  // x: its AccumulateGrad
   EXPECT_STREQ(y.grad_fn()->next_edges()[0].fn->name(), "AccumulateGrad");
   EXPECT_FALSE(y.grad_fn()->next_edges()[1].valid());  // c needs no gradient
   Tensor z = Exp(y);
@@ -118,7 +118,7 @@ TEST(AutogradTest, GradReturnsGradientsWithoutTouchingDotGrad) {
   auto g = Grad({loss}, {x, h});
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(Vec((*g)[0]), (std::vector<float>{2 * 3 * 3 * 1, 2 * 8 * 4}));  // 2 h w
-  EXPECT_EQ(Vec((*g)[1]), (std::vector<float>{6, 16}));                    // 2 h
+  EXPECT_EQ(Vec((*g)[1]), (std::vector<float>{6, 16}));                     // 2 h
   EXPECT_FALSE(x.grad().defined());
   EXPECT_FALSE(w.grad().defined());
 }
@@ -254,9 +254,9 @@ struct WrongDerivative {
 
 TEST(AutogradTest, GradCheckCatchesAWrongBackward) {
   Generator gen(6);
-  std::string msg = testing::GradCheckMessage(
-      [](auto& in) { return ApplyFunction<WrongDerivative>({in[0]})[0]; },
-      {testing::RandLeaf({3}, &gen)});
+  std::string msg =
+      testing::GradCheckMessage([](auto& in) { return ApplyFunction<WrongDerivative>({in[0]})[0]; },
+                                {testing::RandLeaf({3}, &gen)});
   EXPECT_NE(msg.find("analytic"), std::string::npos) << msg;
 }
 
@@ -266,10 +266,14 @@ void RunOnSmallStack(void (*fn)()) {
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, 256 * 1024);
   pthread_t thread;
-  ASSERT_EQ(pthread_create(&thread, &attr, [](void* f) -> void* {
-    reinterpret_cast<void (*)()>(f)();
-    return nullptr;
-  }, reinterpret_cast<void*>(fn)), 0);
+  ASSERT_EQ(pthread_create(
+                &thread, &attr,
+                [](void* f) -> void* {
+                  reinterpret_cast<void (*)()>(f)();
+                  return nullptr;
+                },
+                reinterpret_cast<void*>(fn)),
+            0);
   pthread_join(thread, nullptr);
   pthread_attr_destroy(&attr);
 }
@@ -290,7 +294,7 @@ TEST(AutogradTest, AChainOfOneHundredThousandOpsNeedsNoRecursion) {
 TEST(AutogradTest, ADiamondSumsTheGradientsOfBothPaths) {
   Tensor x = Leaf({2});
   Tensor a = MulScalar(x, 3);
-  Tensor left = Mul(a, a);       // 9x^2
+  Tensor left = Mul(a, a);         // 9x^2
   Tensor right = MulScalar(a, 4);  // 12x
   ASSERT_TRUE(Backward(Sum(Add(left, right))).ok());
   EXPECT_EQ(Vec(x.grad()), (std::vector<float>{18 * 2 + 12}));
@@ -313,8 +317,8 @@ TEST(AutogradTest, BackwardOnATensorThatNeedsNoGradIsAnError) {
 TEST(AutogradTest, GradientsFlowThroughViews) {
   Tensor x = Leaf({1, 2, 3, 4, 5, 6});
   Tensor m = Reshape(x, {2, 3});
-  Tensor t = Transpose(m, 0, 1);            // (3, 2)
-  Tensor s = Slice(t, 0, 1, 3);             // rows 1..2
+  Tensor t = Transpose(m, 0, 1);  // (3, 2)
+  Tensor s = Slice(t, 0, 1, 3);   // rows 1..2
   Tensor e = Expand(Unsqueeze(Select(s, 1, 0), 0), {4, 2});
   ASSERT_TRUE(Backward(Sum(e)).ok());
   // Select(s, 1, 0) = m[0, 1:3] = x[1], x[2], each used 4 times by the expand.

@@ -118,7 +118,8 @@ TEST(ElementwiseDeathTest, InPlaceOnATensorThatRequiresGradIsAnError) {
 }
 
 TEST(ElementwiseDeathTest, IncompatibleShapesNameBothShapes) {
-  EXPECT_DEATH(Add(Ones({2, 3}), Ones({4})), "add: shapes \\[2, 3\\] and \\[4\\] cannot be broadcast");
+  EXPECT_DEATH(Add(Ones({2, 3}), Ones({4})),
+               "add: shapes \\[2, 3\\] and \\[4\\] cannot be broadcast");
 }
 
 }  // namespace

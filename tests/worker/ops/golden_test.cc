@@ -1,13 +1,14 @@
 // Forward values and gradients of every op, a small MLP and a tiny transformer block against
 // PyTorch (tests/golden/ops.txt, written by tests/golden/make_golden.py): relative error
 // max |ours - torch| / max |torch| <= 1e-5 in float32.
+#include "tests/testing/golden.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <map>
 #include <set>
 
-#include "tests/testing/golden.h"
 #include "worker/autograd/engine.h"
 #include "worker/ops/activation.h"
 #include "worker/ops/attention.h"
@@ -71,7 +72,10 @@ const std::map<std::string, OpFn>& Ops() {
       {"rsqrt", [](In& in) { return Unary(in, Rsqrt); }},
       {"pow_frac", [](In& in) { return Pow(in["x"], 2.5); }},
       {"where", [](In& in) { return Where(To(in["c"], DType::kBool), in["a"], in["b"]); }},
-      {"sum_dim", [](In& in) { return Sum(in["x"], {0, 2}, true); }},
+      {"sum_dim",
+       [](In& in) {
+         return Sum(in["x"], {0, 2}, true);
+       }},
       {"sum_all", [](In& in) { return Sum(in["x"]); }},
       {"mean_dim", [](In& in) { return Mean(in["x"], {-1}); }},
       {"var_dim", [](In& in) { return Var(in["x"], {1}); }},
@@ -88,18 +92,22 @@ const std::map<std::string, OpFn>& Ops() {
       {"log_softmax", [](In& in) { return LogSoftmax(in["x"], -1); }},
       {"cross_entropy", [](In& in) { return CrossEntropy(in["x"], in["t"]); }},
       {"cross_entropy_ignore_smooth",
-       [](In& in) { return CrossEntropy(in["x"], in["t"], {-100, 0.1, "mean"}); }},
+       [](In& in) {
+         return CrossEntropy(in["x"], in["t"], {-100, 0.1, "mean"});
+       }},
       {"cross_entropy_sum",
-       [](In& in) { return CrossEntropy(in["x"], in["t"], {-100, 0, "sum"}); }},
+       [](In& in) {
+         return CrossEntropy(in["x"], in["t"], {-100, 0, "sum"});
+       }},
       {"cross_entropy_none_3d",
-       [](In& in) { return CrossEntropy(in["x"], in["t"], {-100, 0, "none"}); }},
+       [](In& in) {
+         return CrossEntropy(in["x"], in["t"], {-100, 0, "none"});
+       }},
       {"mse_loss", [](In& in) { return MseLoss(in["input"], in["target"]); }},
       {"embedding", [](In& in) { return Embedding(in["w"], in["i"]); }},
       {"layer_norm", [](In& in) { return LayerNorm(in["x"], {6}, in["w"], in["b"]); }},
       {"batch_norm_train",
-       [](In& in) {
-         return BatchNorm(in["x"], Zeros({3}), Ones({3}), in["w"], in["b"], true);
-       }},
+       [](In& in) { return BatchNorm(in["x"], Zeros({3}), Ones({3}), in["w"], in["b"], true); }},
       {"batch_norm_eval",
        [](In& in) { return BatchNorm(in["x"], in["m"], in["v"], in["w"], in["b"], false); }},
       {"conv2d", [](In& in) { return Conv2d(in["x"], in["w"], in["b"], 2, 1); }},
@@ -111,8 +119,14 @@ const std::map<std::string, OpFn>& Ops() {
       {"adaptive_avg_pool2d", [](In& in) { return AdaptiveAvgPool2d(in["x"], 3, 4); }},
       {"sdpa_causal",
        [](In& in) { return ScaledDotProductAttention(in["q"], in["k"], in["v"], true); }},
-      {"cat", [](In& in) { return Cat({in["a"], in["b"]}, 1); }},
-      {"stack", [](In& in) { return Stack({in["a"], in["b"]}, 1); }},
+      {"cat",
+       [](In& in) {
+         return Cat({in["a"], in["b"]}, 1);
+       }},
+      {"stack",
+       [](In& in) {
+         return Stack({in["a"], in["b"]}, 1);
+       }},
       {"split",
        [](In& in) {
          std::vector<Tensor> p = Split(in["x"], 2, 1);
@@ -120,8 +134,7 @@ const std::map<std::string, OpFn>& Ops() {
        }},
       {"index_select", [](In& in) { return IndexSelect(in["x"], 1, in["i"]); }},
       {"gather", [](In& in) { return Gather(in["x"], 1, in["i"]); }},
-      {"masked_fill",
-       [](In& in) { return MaskedFill(in["x"], To(in["m"], DType::kBool), -2.0); }},
+      {"masked_fill", [](In& in) { return MaskedFill(in["x"], To(in["m"], DType::kBool), -2.0); }},
       {"one_hot", [](In& in) { return OneHot(in["i"], 5); }},
       {"mlp",
        [](In& in) {
@@ -136,8 +149,8 @@ const std::map<std::string, OpFn>& Ops() {
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 std::vector<GoldenCase>& Cases() {
-  static auto* cases = new std::vector<GoldenCase>(
-      testing::ReadGolden(std::string(TY_GOLDEN_DIR) + "/ops.txt"));
+  static auto* cases =
+      new std::vector<GoldenCase>(testing::ReadGolden(std::string(TY_GOLDEN_DIR) + "/ops.txt"));
   return *cases;
 }
 

@@ -16,13 +16,18 @@ TEST(IndexingGradTest, CatStackAndSplit) {
   Tensor b = RandLeaf({2, 5}, &gen);
   Tensor c = RandLeaf({2, 3}, &gen);
   EXPECT_GRADCHECK([](auto& in) { return Cat({in[0], in[1]}, 1); }, {a, b});
-  EXPECT_GRADCHECK([](auto& in) { return Cat({Transpose(in[0], 0, 1), in[1]}, 0); },
-                   {c, RandLeaf({4, 2}, &gen)});
+  EXPECT_GRADCHECK(
+      [](auto& in) {
+        return Cat({Transpose(in[0], 0, 1), in[1]}, 0);
+      },
+      {c, RandLeaf({4, 2}, &gen)});
   EXPECT_GRADCHECK([](auto& in) { return Stack({in[0], in[1]}, 1); }, {a, c});
-  EXPECT_GRADCHECK([](auto& in) {
-    auto parts = Split(in[0], 2, 1);  // widths 2, 2, 1
-    return Cat({parts[2], parts[0]}, 1);
-  }, {b});
+  EXPECT_GRADCHECK(
+      [](auto& in) {
+        auto parts = Split(in[0], 2, 1);  // widths 2, 2, 1
+        return Cat({parts[2], parts[0]}, 1);
+      },
+      {b});
 }
 
 TEST(IndexingGradTest, GatherScatterIndexSelectMaskedFillEmbedding) {

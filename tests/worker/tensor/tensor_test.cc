@@ -55,7 +55,8 @@ TEST(AllocatorTest, BlocksAreAlignedAndReusedBySizeClass) {
   EXPECT_EQ(q, p);
   AllocatorStats after = a.Stats();
   EXPECT_EQ(after.num_os_allocs, before.num_os_allocs);
-  EXPECT_EQ(after.cached_bytes, before.cached_bytes - static_cast<int64_t>(CpuAllocator::RoundSize(990)));
+  EXPECT_EQ(after.cached_bytes,
+            before.cached_bytes - static_cast<int64_t>(CpuAllocator::RoundSize(990)));
   a.Free(q, 990);
 }
 
@@ -78,7 +79,8 @@ TEST(AllocatorTest, StatisticsTrackAllocatedCachedAndPeak) {
   {
     Tensor t = Empty({static_cast<int64_t>(big / 4)});
     AllocatorStats s1 = a.Stats();
-    EXPECT_EQ(s1.allocated_bytes - s0.allocated_bytes, static_cast<int64_t>(CpuAllocator::RoundSize(big)));
+    EXPECT_EQ(s1.allocated_bytes - s0.allocated_bytes,
+              static_cast<int64_t>(CpuAllocator::RoundSize(big)));
     EXPECT_GE(s1.peak_allocated_bytes, s1.allocated_bytes);
   }
   AllocatorStats s2 = a.Stats();
@@ -114,7 +116,8 @@ TEST(TensorTest, ViewShapesAndStrides) {
   EXPECT_EQ(Vec(s)[1], 3.0f);
   Tensor n = views::Narrow(m, 1, 1, 2);
   EXPECT_EQ(Vec(n)[0], 4.0f);
-  Tensor e = views::Expand(views::View(Arange(0, 3, 1, Options(DType::kFloat32)), {3, 1}), {2, 3, 5});
+  Tensor e =
+      views::Expand(views::View(Arange(0, 3, 1, Options(DType::kFloat32)), {3, 1}), {2, 3, 5});
   EXPECT_EQ(e.shape(), (Shape{2, 3, 5}));
   EXPECT_EQ(e.strides(), (Shape{0, 1, 0}));
   EXPECT_EQ(Vec(e)[5], 1.0f);
