@@ -17,5 +17,5 @@ ty_ensure_packages() {
 }
 
 # The packages every build needs.
-TY_BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev
+TY_BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev zlib1g-dev
                    libgtest-dev libgmock-dev libbenchmark-dev)
