@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstring>
 
+// Sanitizer runtimes are not ready when ifunc resolvers run at load time, so sanitized builds
+// take the baseline code.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__)
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define TY_SIMD __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define TY_SIMD

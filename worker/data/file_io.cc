@@ -1,0 +1,130 @@
+#include "worker/data/file_io.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#ifdef TY_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+namespace trainyard::data {
+namespace {
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+
+Status OpenError(const std::string& path, int err) {
+  std::string m = path + ": cannot open: " + std::strerror(err);
+  return err == ENOENT ? NotFoundError(m) : FailedPreconditionError(m);
+}
+
+// An out-parameter rather than StatusOr<std::string>: GCC 12 misreports the moved string as
+// maybe-uninitialized.
+Status ReadRaw(const std::string& path, std::string* out) {
+  FilePtr f(std::fopen(path.c_str(), "rb"));
+  if (!f) return OpenError(path, errno);
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) out->append(buf, n);
+  if (std::ferror(f.get())) {
+    return DataLossError(path + ": read failed: " + std::strerror(errno));
+  }
+  return OkStatus();
+}
+
+bool IsGzip(const std::string& bytes) {
+  return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+         static_cast<unsigned char>(bytes[1]) == 0x8b;
+}
+
+#ifdef TY_HAVE_ZLIB
+// Inflates one or more concatenated gzip members held in `gz`.
+StatusOr<std::string> Gunzip(const std::string& path, const std::string& gz) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {
+    return InternalError(path + ": zlib inflateInit2 failed");
+  }
+  size_t fed = 0;  // bytes of `gz` handed to zlib so far (avail_in is 32-bit)
+  std::string out;
+  char buf[1 << 16];
+  int rc = Z_OK;
+  while (true) {
+    if (zs.avail_in == 0 && fed < gz.size()) {
+      const size_t chunk = std::min<size_t>(gz.size() - fed, size_t{1} << 30);
+      zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data() + fed));
+      zs.avail_in = static_cast<uInt>(chunk);
+      fed += chunk;
+    }
+    zs.next_out = reinterpret_cast<Bytef*>(buf);
+    zs.avail_out = sizeof(buf);
+    rc = inflate(&zs, Z_NO_FLUSH);
+    out.append(buf, sizeof(buf) - zs.avail_out);
+    const bool more_input = zs.avail_in > 0 || fed < gz.size();
+    if (rc == Z_STREAM_END && more_input) {
+      rc = inflateReset(&zs);  // another gzip member follows
+      if (rc != Z_OK) break;
+    } else if (rc != Z_OK) {
+      break;
+    }
+  }
+  std::string zmsg = zs.msg ? zs.msg : "zlib error";
+  inflateEnd(&zs);
+  if (rc == Z_STREAM_END) return out;
+  if (rc == Z_BUF_ERROR) {
+    return DataLossError(path + ": truncated gzip data (the compressed stream ends after " +
+                         std::to_string(out.size()) + " decompressed bytes)");
+  }
+  return DataLossError(path + ": corrupt gzip data: " + zmsg);
+}
+#endif
+
+}  // namespace
+
+bool HaveZlib() {
+#ifdef TY_HAVE_ZLIB
+  return true;
+#else
+  return false;
+#endif
+}
+
+StatusOr<std::string> ReadFileBytes(const std::string& path) {
+  std::string bytes;
+  RETURN_IF_ERROR(ReadRaw(path, &bytes));
+  if (!IsGzip(bytes)) return bytes;
+#ifdef TY_HAVE_ZLIB
+  return Gunzip(path, bytes);
+#else
+  return FailedPreconditionError(path +
+                                 ": is gzip-compressed but this build has no zlib; install "
+                                 "zlib1g-dev and rebuild, or gunzip the file first");
+#endif
+}
+
+Status WriteFileBytes(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    FilePtr f(std::fopen(tmp.c_str(), "wb"));
+    if (!f) return OpenError(tmp, errno);
+    if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size() ||
+        std::fflush(f.get()) != 0) {
+      Status s = DataLossError(tmp + ": write failed: " + std::strerror(errno));
+      std::remove(tmp.c_str());
+      return s;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = FailedPreconditionError(path + ": cannot rename " + tmp +
+                                       " onto it: " + std::strerror(errno));
+    std::remove(tmp.c_str());
+    return s;
+  }
+  return OkStatus();
+}
+
+}  // namespace trainyard::data

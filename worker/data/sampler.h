@@ -1,0 +1,75 @@
+// Samplers decide the order in which a DataLoader visits the samples of each epoch. The order
+// depends only on (seed, epoch), never on the machine, the thread count or earlier epochs, so
+// a run resumed at (epoch, position) sees exactly the samples the uninterrupted run would have.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trainyard::data {
+
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  // Number of samples per epoch.
+  virtual int64_t size() const = 0;
+  // Entries [start, size()) of epoch `epoch`'s order; 0 <= start <= size(). Starting at the
+  // position a run reached resumes it exactly.
+  std::vector<int64_t> Indices(uint64_t epoch, int64_t start = 0) const;
+
+ protected:
+  // The whole order of `epoch`: a permutation of [0, size()).
+  virtual std::vector<int64_t> EpochOrder(uint64_t epoch) const = 0;
+};
+
+// 0, 1, ..., n - 1 every epoch.
+class SequentialSampler final : public Sampler {
+ public:
+  explicit SequentialSampler(int64_t n);
+  int64_t size() const override { return n_; }
+
+ protected:
+  std::vector<int64_t> EpochOrder(uint64_t epoch) const override;
+
+ private:
+  int64_t n_;
+};
+
+// A fresh uniform permutation every epoch: RandomPermutation(n, seed, epoch).
+class RandomSampler final : public Sampler {
+ public:
+  RandomSampler(int64_t n, uint64_t seed);
+  int64_t size() const override { return n_; }
+  uint64_t seed() const { return seed_; }
+
+ protected:
+  std::vector<int64_t> EpochOrder(uint64_t epoch) const override;
+
+ private:
+  int64_t n_;
+  uint64_t seed_;
+};
+
+// Note [Permutation stream]: a Fisher-Yates shuffle of [0, n) driven by Philox4x32-10 keyed by
+// `seed`. Stream s owns counters [s * 2^32, (s + 1) * 2^32); step k of the shuffle uses words
+// 2(k % 2) and 2(k % 2) + 1 of counter s * 2^32 + k / 2 as a 64-bit number r, and swaps
+// position i with j = floor(r * (i + 1) / 2^64) (bias below n / 2^64). Integer arithmetic
+// only, so every machine gets the same permutation. Streams below 2^32 - 1 are epochs;
+// stream 2^32 - 1 is reserved for SplitIndices. Needs n < 2^33.
+std::vector<int64_t> RandomPermutation(int64_t n, uint64_t seed, uint64_t stream);
+
+// The largest epoch a RandomSampler accepts (see Note [Permutation stream]).
+inline constexpr uint64_t kMaxEpoch = (uint64_t{1} << 32) - 2;
+
+// A held-out split of n samples: round(eval_fraction * n) of them, chosen by a seeded
+// permutation, are `eval`; the rest `train`. Both lists are sorted. Deterministic in
+// (n, eval_fraction, seed). InvalidArgument unless 0 <= eval_fraction < 1.
+struct IndexSplit {
+  std::vector<int64_t> train;
+  std::vector<int64_t> eval;
+};
+StatusOr<IndexSplit> SplitIndices(int64_t n, double eval_fraction, uint64_t seed);
+
+}  // namespace trainyard::data
