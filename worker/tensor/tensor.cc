@@ -12,6 +12,7 @@ int64_t Tensor::size(int64_t d) const { return impl_->sizes[WrapDim(d, dim(), "s
 int64_t Tensor::stride(int64_t d) const { return impl_->strides[WrapDim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // as in PyTorch: nothing to lay out
   int64_t expected = 1;
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (impl_->sizes[i] == 1) continue;

@@ -146,6 +146,11 @@ TEST(TensorDeathTest, BadViewsNameTheProblem) {
   EXPECT_DEATH(views::Expand(m, {2, 4}), "expand: dim 1 of shape \\[2, 3\\] has size 3");
 }
 
+TEST(TensorTest, EmptyTensorsAreContiguousWhateverTheirStrides) {
+  EXPECT_TRUE(Empty({2, 0, 4}).is_contiguous());
+  EXPECT_TRUE(views::Transpose(Empty({2, 0, 4}), 0, 2).is_contiguous());
+}
+
 TEST(TensorTest, ContiguousCopiesInRowMajorOrder) {
   Tensor m = views::View(Arange(0, 6, 1, Options(DType::kFloat32)), {2, 3});
   Tensor t = ContiguousData(views::Transpose(m, 0, 1));
