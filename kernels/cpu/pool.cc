@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduce.h"
 #include "kernels/cpu/simd.h"
 
 namespace trainyard::kernels::cpu {
@@ -38,18 +39,6 @@ TY_SIMD void AddStrided(T* dst, const T* src, int64_t n, int64_t stride) {
 template <typename T>
 TY_SIMD void ScatterAddStrided(T* dst, const T* src, int64_t n, int64_t stride) {
   for (int64_t i = 0; i < n; ++i) dst[i * stride] += src[i];
-}
-
-// Sum of a contiguous run with 8 independent accumulators (vectorisable).
-template <typename T>
-TY_SIMD T RowSum(const T* x, int64_t n) {
-  T acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
-  T s = 0;
-  for (; i < n; ++i) s += x[i];
-  return s + (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])));
 }
 
 template <typename T>
@@ -183,7 +172,7 @@ void AdaptiveAvgPool2dForward(const Pool2dShape& s, const T* x, T* y) {
       for (int64_t ow = 0; ow < s.out_w; ++ow) {
         const int64_t w0 = BinStart(ow, s.width, s.out_w), w1 = BinEnd(ow, s.width, s.out_w);
         T sum = 0;
-        for (int64_t ih = h0; ih < h1; ++ih) sum += RowSum(xp + ih * s.width + w0, w1 - w0);
+        for (int64_t ih = h0; ih < h1; ++ih) sum += SumContiguous(xp + ih * s.width + w0, w1 - w0);
         y[p * ohw + oh * s.out_w + ow] = sum / static_cast<T>((h1 - h0) * (w1 - w0));
       }
     }
