@@ -24,10 +24,17 @@ GradList AccumulateGrad::Apply(GradList&& grads) {
   Tensor g = std::move(grads[0]);
   Tensor leaf(leaf_);
   if (!g.defined()) return {};
+  std::lock_guard<std::mutex> lock(mu_);
   if (leaf_->meta) {
     for (auto& hook : leaf_->meta->hooks) {
       Tensor replaced = hook(g);
-      if (replaced.defined()) g = replaced;
+      if (!replaced.defined()) continue;
+      Status s = CheckHookResult(replaced, g, name());
+      if (!s.ok()) {
+        SetBackwardError(s);
+        return {};
+      }
+      g = replaced;
     }
   }
   TY_CHECK(g.shape() == leaf.shape()) << "AccumulateGrad: gradient of shape " << g.shape()
@@ -48,6 +55,10 @@ GradList AccumulateGrad::Apply(GradList&& grads) {
 }
 
 std::shared_ptr<Node> GradAccumulator(const Tensor& leaf) {
+  // Graphs built on several threads may use one leaf: creating its meta and accumulator (and
+  // reading the weak pointer) must not race.
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   AutogradMeta& meta = leaf.impl()->mutable_meta();
   std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
   if (!acc) {

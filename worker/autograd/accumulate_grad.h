@@ -3,6 +3,8 @@
 // view into a bucket owned by data-parallel code), then runs post-accumulate-grad hooks.
 #pragma once
 
+#include <mutex>
+
 #include "worker/autograd/node.h"
 
 namespace trainyard::autograd {
@@ -17,6 +19,7 @@ class AccumulateGrad final : public Node {
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
+  std::mutex mu_;  // backward runs on other threads may share this leaf
 };
 
 // The leaf's accumulator, created on first use and shared by every edge to this leaf.

@@ -1,6 +1,5 @@
 #include "worker/autograd/engine.h"
 
-#include <atomic>
 #include <queue>
 #include <unordered_map>
 #include <utility>
@@ -31,85 +30,111 @@ struct Capture {
   size_t index;  // position in the result
 };
 
+// One backward run. Its per-node state (dependency count, gradients received so far) lives
+// here, not in the nodes, so runs over graphs that share nodes (every graph that uses a
+// parameter shares its AccumulateGrad) never see each other's state: runs on other threads,
+// and runs started from inside a hook, are independent (as PyTorch's GraphTask).
 class Engine {
  public:
   Engine(bool retain_graph, std::vector<Capture> captures)
-      : retain_graph_(retain_graph), captures_(std::move(captures)) {
-    static std::atomic<uint64_t> next_run{1};
-    run_id_ = next_run.fetch_add(1);
-    for (const Capture& c : captures_) capture_nodes_[c.node] = true;
-  }
+      : retain_graph_(retain_graph), captures_(std::move(captures)) {}
 
   Status Run(const std::shared_ptr<Node>& root, size_t num_results);
   std::vector<Tensor>& results() { return results_; }
 
  private:
+  struct Task {
+    int64_t deps = 0;     // edges from nodes of this run that have not yet delivered
+    bool needed = true;   // Apply must run (Grad(): some capture lies below)
+    bool capture = false; // Grad(): a gradient flowing into this node is a result
+    GradList pending;     // gradients received, one slot per forward output
+    SmallVector<Task*, 2> next;  // the tasks of the node's edges, in edge order (or null)
+  };
+
   void Prepare(Node* root);
-  Status Execute(Node* node);
+  Status Execute(Node* node, Task& task);
   bool capturing() const { return !captures_.empty(); }
+  Task& NewTask(Node* node);
 
   bool retain_graph_;
   std::vector<Capture> captures_;
-  std::unordered_map<Node*, bool> capture_nodes_;
   std::vector<Tensor> results_;
-  uint64_t run_id_;
+  std::unordered_map<Node*, Task> tasks_;
 
   struct BySequence {
-    bool operator()(const Node* a, const Node* b) const {
-      return a->sequence_nr() < b->sequence_nr();
+    bool operator()(const std::pair<Node*, Task*>& a, const std::pair<Node*, Task*>& b) const {
+      return a.first->sequence_nr() < b.first->sequence_nr();
     }
   };
-  std::priority_queue<Node*, std::vector<Node*>, BySequence> ready_;
+  std::priority_queue<std::pair<Node*, Task*>, std::vector<std::pair<Node*, Task*>>, BySequence>
+      ready_;
 };
 
+Engine::Task& Engine::NewTask(Node* node) {
+  Task& t = tasks_[node];
+  if (capturing()) {
+    for (const Capture& c : captures_) t.capture = t.capture || c.node == node;
+    t.needed = false;  // set in post-order below when a capture lies under it
+  }
+  return t;
+}
+
 // Counts, for every node reachable from the root, how many edges point at it, with an explicit
-// stack. With captures, also marks the nodes that lie on a path to a capture (`needed_`):
-// nodes finish in post-order, after all their children, so one pass suffices.
+// stack. With captures, also marks the nodes that must run Apply (`needed`: a capture lies
+// below them): nodes finish in post-order, after all their children, so one pass suffices.
 void Engine::Prepare(Node* root) {
   struct Frame {
     Node* node;
+    Task* task;
     size_t next_edge;
   };
   std::vector<Frame> stack;
-  root->run_id_ = run_id_;
-  root->deps_ = 0;
-  root->needed_ = !capturing();
-  stack.push_back({root, 0});
+  stack.push_back({root, &NewTask(root), 0});
   while (!stack.empty()) {
     Frame& f = stack.back();
-    Node* node = f.node;
-    if (f.next_edge < node->edges_.size()) {
-      Node* child = node->edges_[f.next_edge++].fn.get();
-      if (child == nullptr) continue;
-      if (child->run_id_ != run_id_) {
-        child->run_id_ = run_id_;
-        child->deps_ = 1;  // pending_ is empty: every run leaves it so
-        child->needed_ = !capturing() || capture_nodes_.count(child) > 0;
-        stack.push_back({child, 0});
+    const auto& edges = f.node->next_edges();
+    if (f.next_edge < edges.size()) {
+      Node* child = edges[f.next_edge++].fn.get();
+      if (child == nullptr) {
+        f.task->next.push_back(nullptr);
+        continue;
+      }
+      auto it = tasks_.find(child);
+      if (it == tasks_.end()) {
+        Task& t = NewTask(child);
+        t.deps = 1;
+        f.task->next.push_back(&t);
+        stack.push_back({child, &t, 0});  // invalidates f
       } else {
-        ++child->deps_;
+        ++it->second.deps;
+        f.task->next.push_back(&it->second);
       }
       continue;
     }
+    Frame done = f;
     stack.pop_back();
-    if (capturing() && !node->needed_) {
-      for (const Edge& e : node->edges_)
-        if (e.fn && e.fn->needed_) node->needed_ = true;
+    if (capturing() && !done.task->needed) {
+      for (const Task* child : done.task->next)
+        if (child && (child->needed || child->capture)) done.task->needed = true;
     }
   }
 }
 
-Status Engine::Execute(Node* node) {
-  GradList grads = std::move(node->pending_);
-  node->pending_.clear();
+Status Engine::Execute(Node* node, Task& task) {
+  GradList grads = std::move(task.pending);
+  task.pending.clear();
   grads.resize(node->num_outputs());
-  if (node->has_pre_hooks()) node->RunPreHooks(grads);
-  if (capturing()) {
+  if (node->has_pre_hooks()) {
+    node->RunPreHooks(grads);
+    RETURN_IF_ERROR(TakeBackwardError());
+  }
+  if (task.capture) {
     for (const Capture& c : captures_)
       if (c.node == node && grads[c.slot].defined()) results_[c.index] = grads[c.slot];
-    // Grad() never writes .grad: the accumulators of captured leaves do not run.
-    if (node->is_accumulate_grad()) return OkStatus();
   }
+  // Grad() only records what flows into a captured node; it runs a node's backward only when
+  // another capture lies below, and never an AccumulateGrad (.grad stays untouched).
+  if (capturing() && (!task.needed || node->is_accumulate_grad())) return OkStatus();
   RETURN_IF_ERROR(node->CheckSaved());
   GradList out;
   {
@@ -118,31 +143,33 @@ Status Engine::Execute(Node* node) {
   }
   RETURN_IF_ERROR(TakeBackwardError());
   if (!retain_graph_) node->ReleaseSaved();
-  const auto& edges = node->edges_;
+  const auto& edges = node->next_edges();
   for (size_t i = 0; i < edges.size(); ++i) {
     const Edge& e = edges[i];
     if (!e.fn || i >= out.size() || !out[i].defined()) continue;
-    Node* next = e.fn.get();
-    if (next->pending_.size() <= e.input_nr) next->pending_.resize(next->num_outputs());
-    AccumulateInto(next->pending_[e.input_nr], out[i]);
+    Task& next = *task.next[i];
+    if (next.pending.size() <= e.input_nr) next.pending.resize(e.fn->num_outputs());
+    AccumulateInto(next.pending[e.input_nr], out[i]);
   }
   return OkStatus();
 }
 
 Status Engine::Run(const std::shared_ptr<Node>& root, size_t num_results) {
   results_.assign(num_results, Tensor());
+  tasks_.reserve(64);
   Prepare(root.get());
-  ready_.push(root.get());
+  ready_.push({root.get(), &tasks_.at(root.get())});
   Status status;
   while (!ready_.empty()) {
-    Node* node = ready_.top();
+    auto [node, task] = ready_.top();
     ready_.pop();
-    if (status.ok() && node->needed_) status = Execute(node);
-    // Even after an error or for a skipped node, release the dependents so the walk ends and
-    // the scratch state is cleared.
-    if (!status.ok() || !node->needed_) node->pending_.clear();
-    for (const Edge& e : node->edges_) {
-      if (e.fn && --e.fn->deps_ == 0) ready_.push(e.fn.get());
+    if (status.ok() && (task->needed || task->capture)) status = Execute(node, *task);
+    task->pending.clear();
+    // Even after an error or for a skipped node, release the dependents so the walk ends.
+    const auto& edges = node->next_edges();
+    for (size_t i = 0; i < edges.size(); ++i) {
+      Task* next = task->next[i];
+      if (next != nullptr && --next->deps == 0) ready_.push({edges[i].fn.get(), next});
     }
   }
   return status;

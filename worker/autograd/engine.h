@@ -1,6 +1,8 @@
 // The backward engine: walks the graph from the roots in dependency order without recursion
 // (a 100 000-op chain needs no stack), running each node once all gradients for it arrived.
-// Single-threaded per call; distinct graphs may run backward on distinct threads.
+// Each call runs on its calling thread with its own per-node state, so backward calls on
+// graphs that share leaves may run on different threads at once, and a hook may itself call
+// Backward or Grad. Two calls through the same non-leaf nodes at once are not supported.
 //
 // Semantics follow PyTorch: leaves accumulate into .grad; non-leaves keep a gradient only after
 // RetainGrad(); saved tensors are released after use unless retain_graph; a non-scalar root

@@ -40,7 +40,8 @@ GradList CustomFunctionNode::Apply(GradList&& grads) {
     return out;
   }
   for (size_t i = 0; i < result.size(); ++i) {
-    if (result[i].defined() && result[i].shape() != input_shapes[i]) {
+    if (result[i].defined() &&
+        (result[i].shape() != input_shapes[i] || result[i].dtype() != input_dtypes[i])) {
       SetBackwardError(InvalidArgumentError(
           std::string(name()) + " returned a gradient of shape " + result[i].shape().ToString() +
           " for input " + std::to_string(i) + " of shape " + input_shapes[i].ToString()));
@@ -57,6 +58,7 @@ std::vector<Tensor> FinishCustomFunction(const std::vector<Tensor>& inputs,
   for (const Tensor& in : inputs) {
     node->add_edge(GradientEdge(in));
     node->input_shapes.push_back(in.defined() ? in.shape() : Shape{});
+    node->input_dtypes.push_back(in.defined() ? in.dtype() : DType::kFloat32);
   }
   FunctionContext& ctx = node->ctx();
   for (const Tensor& t : ctx.to_save_) node->Save(t);
@@ -65,6 +67,8 @@ std::vector<Tensor> FinishCustomFunction(const std::vector<Tensor>& inputs,
   ctx.node_ = node.get();
   node->set_num_outputs(static_cast<uint32_t>(outputs.size()));
   for (size_t i = 0; i < outputs.size(); ++i) {
+    TY_CHECK(outputs[i].defined()) << node->name() << ": Forward returned an undefined output "
+                                   << i;
     // Fresh handles over the same data, so an output that aliases an input gets its own
     // history without touching the input's.
     outputs[i] = outputs[i].detach();

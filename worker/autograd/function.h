@@ -56,6 +56,7 @@ class CustomFunctionNode final : public Node {
   // Output shapes and options, to make zero gradients for outputs that got none.
   std::vector<std::pair<Shape, TensorOptions>> output_meta;
   std::vector<Shape> input_shapes;
+  std::vector<DType> input_dtypes;
 
  private:
   std::string name_;

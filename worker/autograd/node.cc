@@ -24,6 +24,10 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output)
     : tensor_(is_output && t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
 
 Node::~Node() {
+  // Saved inputs hold their grad_fn too (the same nodes as edges_): drop them first so the
+  // use_count test below sees the edge as the last owner.
+  saved_.clear();
+  pre_hooks_.clear();
   thread_local bool tl_deleting = false;
   thread_local std::vector<std::shared_ptr<Node>> tl_pending;
   for (size_t i = 0; i < edges_.size(); ++i) {
@@ -82,11 +86,22 @@ void Node::AddRetainGrad(uint32_t output_nr, const std::shared_ptr<TensorImpl>& 
   retain_.emplace_back(output_nr, tensor);
 }
 
+Status CheckHookResult(const Tensor& replaced, const Tensor& grad, const char* node) {
+  if (replaced.shape() == grad.shape() && replaced.dtype() == grad.dtype()) return OkStatus();
+  return InvalidArgumentError(std::string("a hook on a gradient flowing into ") + node +
+                              " returned shape " + replaced.shape().ToString() + " " +
+                              DTypeName(replaced.dtype()) + "; the gradient is " +
+                              grad.shape().ToString() + " " + DTypeName(grad.dtype()));
+}
+
 void Node::RunPreHooks(GradList& grads) {
   for (auto& [nr, hook] : pre_hooks_) {
     if (!grads[nr].defined()) continue;
     Tensor replaced = hook(grads[nr]);
-    if (replaced.defined()) grads[nr] = replaced;
+    if (!replaced.defined()) continue;
+    Status s = CheckHookResult(replaced, grads[nr], name());
+    if (!s.ok()) return SetBackwardError(s);
+    grads[nr] = replaced;
   }
   for (auto& [nr, weak] : retain_) {
     std::shared_ptr<TensorImpl> impl = weak.lock();

@@ -80,11 +80,11 @@ class Node : public std::enable_shared_from_this<Node> {
   // Stores the gradient of output `output_nr` into `tensor`'s .grad (retain_grad()).
   void AddRetainGrad(uint32_t output_nr, const std::shared_ptr<TensorImpl>& tensor);
   bool has_pre_hooks() const { return !pre_hooks_.empty() || !retain_.empty(); }
-  // Runs pre-hooks and retain_grad for the gradients about to enter Apply.
+  // Runs pre-hooks and retain_grad for the gradients about to enter Apply. A hook returning a
+  // gradient of the wrong shape or dtype is reported through SetBackwardError.
   void RunPreHooks(GradList& grads);
 
  private:
-  friend class Engine;
   SmallVector<Edge, 2> edges_;
   uint32_t num_outputs_;
   uint64_t sequence_nr_;
@@ -92,12 +92,6 @@ class Node : public std::enable_shared_from_this<Node> {
   bool released_ = false;
   std::vector<std::pair<uint32_t, TensorHook>> pre_hooks_;
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retain_;
-
-  // Engine scratch, valid while run_id_ matches the running backward.
-  uint64_t run_id_ = 0;
-  int64_t deps_ = 0;
-  bool needed_ = true;
-  GradList pending_;
 };
 
 // The edge a gradient for `t` flows along: its grad_fn, its leaf accumulator, or none.
@@ -123,6 +117,9 @@ std::shared_ptr<NodeT> MakeNode(std::initializer_list<const Tensor*> inputs, Arg
 // backward call. Thread-local; only the engine takes it.
 void SetBackwardError(Status status);
 Status TakeBackwardError();
+
+// OK when a hook's replacement gradient has the gradient's shape and dtype.
+Status CheckHookResult(const Tensor& replaced, const Tensor& grad, const char* node);
 
 // Adds `g` into the gradient slot `slot` (out of place when the slot is already set).
 void AccumulateInto(Tensor& slot, const Tensor& g);

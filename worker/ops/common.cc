@@ -6,6 +6,7 @@
 namespace trainyard::ops {
 
 Shape BroadcastStrides(const Tensor& t, const Shape& shape) {
+  TY_CHECK(t.dim() <= shape.size()) << "cannot broadcast shape " << t.shape() << " to " << shape;
   Shape st;
   st.resize(shape.size());
   const int64_t lead = shape.size() - t.dim();

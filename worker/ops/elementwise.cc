@@ -92,10 +92,22 @@ void RecordUnary(kc::UnaryOp op, const Tensor& x, const Tensor& out, double alph
   SetHistory(out, node);
 }
 
-void CheckInPlace(const Tensor& self, const char* name) {
-  TY_CHECK(!(autograd::GradMode::IsEnabled() && self.requires_grad()))
+// In-place updates are not recorded, so neither side may need a gradient while grad mode
+// is on (the update would be lost to autograd); `other` may be undefined.
+void CheckInPlace(const Tensor& self, const char* name, const Tensor& other = Tensor()) {
+  const bool grad = autograd::GradMode::IsEnabled();
+  TY_CHECK(!(grad && self.requires_grad()))
       << name << ": a tensor that requires grad cannot be modified in place while grad mode "
       << "is on; wrap the update in NoGradGuard or use the out-of-place op";
+  TY_CHECK(!(grad && other.defined() && other.requires_grad()))
+      << name << ": the operand requires grad, but in-place updates are not recorded; use the "
+      << "out-of-place op";
+}
+
+// The broadcast of self and other must be self's shape (other broadcasts to self).
+void CheckBroadcastsTo(const Tensor& self, const Tensor& other, const char* name) {
+  TY_CHECK(BroadcastShapes(self.shape(), other.shape(), name) == self.shape())
+      << name << ": shape " << other.shape() << " does not broadcast to " << self.shape();
 }
 
 }  // namespace
@@ -341,9 +353,9 @@ Tensor Ge(const Tensor& a, const Tensor& b) {
 Tensor GtScalar(const Tensor& a, double s) { return Gt(a, Scalar(s, a.options())); }
 
 void AddInPlace(const Tensor& self, const Tensor& other, double alpha) {
-  CheckInPlace(self, "add_");
+  CheckInPlace(self, "add_", other);
   CheckSameFloating(self, other, "add_");
-  BroadcastShapes(self.shape(), other.shape(), "add_");
+  CheckBroadcastsTo(self, other, "add_");
   auto it = IterFor(self.shape(), {&self, &self, &other});
   TY_DISPATCH_FLOATING(self.dtype(), "add_", [&] {
     kc::Binary<scalar_t>(kc::BinaryOp::kAdd, it, self.data<scalar_t>(), self.data<scalar_t>(),
@@ -353,9 +365,9 @@ void AddInPlace(const Tensor& self, const Tensor& other, double alpha) {
 }
 
 void MulInPlace(const Tensor& self, const Tensor& other) {
-  CheckInPlace(self, "mul_");
+  CheckInPlace(self, "mul_", other);
   CheckSameFloating(self, other, "mul_");
-  BroadcastShapes(self.shape(), other.shape(), "mul_");
+  CheckBroadcastsTo(self, other, "mul_");
   auto it = IterFor(self.shape(), {&self, &self, &other});
   TY_DISPATCH_FLOATING(self.dtype(), "mul_", [&] {
     kc::Binary<scalar_t>(kc::BinaryOp::kMul, it, self.data<scalar_t>(), self.data<scalar_t>(),
@@ -386,7 +398,7 @@ void ZeroInPlace(const Tensor& self) {
 }
 
 void CopyInPlace(const Tensor& self, const Tensor& src) {
-  CheckInPlace(self, "copy_");
+  CheckInPlace(self, "copy_", src);
   CopyInto(self, src);
 }
 

@@ -28,6 +28,7 @@ void CheckIndices(const Tensor& index, int64_t size, int64_t dim, const char* op
 Tensor Cat(const std::vector<Tensor>& tensors, int64_t dim) {
   TY_CHECK(!tensors.empty()) << "cat: expected at least one tensor";
   const Tensor& first = tensors[0];
+  TY_CHECK(first.dim() > 0) << "cat: zero-dimensional tensors cannot be concatenated; use Stack";
   dim = WrapDim(dim, first.dim(), "cat");
   Shape shape = first.shape();
   int64_t total = 0;

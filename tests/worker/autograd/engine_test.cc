@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include <thread>
+
 #include "tests/testing/gradcheck.h"
 #include "worker/autograd/function.h"
 #include "worker/autograd/grad_mode.h"
@@ -184,6 +186,19 @@ TEST(AutogradTest, TensorHooksSeeAndMayReplaceGradients) {
   EXPECT_EQ(Vec(x.grad()), (std::vector<float>{31, 31}));
 }
 
+TEST(AutogradTest, AHookReturningTheWrongShapeIsAnError) {
+  Tensor x = Leaf({1, 2});
+  Tensor h = MulScalar(x, 3);
+  RegisterHook(h, [](const Tensor&) { return Ones({3}); });
+  Status s = Backward(Sum(h));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("returned shape [3]"), std::string::npos) << s;
+  Tensor y = Leaf({1});
+  RegisterHook(y, [](const Tensor&) { return Ones({2}); });
+  EXPECT_EQ(Backward(Sum(MulScalar(y, 2))).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(y.grad().defined());
+}
+
 TEST(AutogradTest, PostAccumulateGradHooksRunAfterDotGradIsUpdated) {
   Tensor x = Leaf({1, 2});
   std::vector<std::vector<float>> seen;
@@ -289,6 +304,54 @@ TEST(AutogradTest, AChainOfOneHundredThousandOpsNeedsNoRecursion) {
     y = Tensor();  // destroying the chain must not recurse either
   });
   EXPECT_EQ(grad, (std::vector<float>{1}));
+}
+
+TEST(AutogradTest, DroppingALongChainOfOpsThatSaveInputsNeedsNoRecursion) {
+  static bool done = false;
+  RunOnSmallStack([] {
+    Tensor w = Leaf({1});
+    Tensor y = Leaf({1});
+    for (int i = 0; i < 100000; ++i) y = Mul(y, w);  // each MulBackward0 saves its inputs
+    y = Tensor();                                    // no backward: saved tensors still held
+    done = true;
+  });
+  EXPECT_TRUE(done);
+}
+
+TEST(AutogradTest, GradDoesNotRunOrFreeTheCapturedNode) {
+  Tensor x = Leaf({1, 2});
+  Tensor w = Leaf({3, 4});
+  Tensor h = Mul(x, w);
+  auto g = Grad({Sum(Exp(h))}, {h});
+  ASSERT_TRUE(g.ok()) << g.status();
+  // MulBackward0 did not run in Grad(), so its saved tensors are still there.
+  ASSERT_TRUE(Backward(Sum(h)).ok());
+  EXPECT_EQ(Vec(x.grad()), (std::vector<float>{3, 4}));
+}
+
+TEST(AutogradTest, AHookMayRunItsOwnBackwardThroughSharedLeaves) {
+  Tensor w = Leaf({2});
+  Tensor a = MulScalar(w, 3);
+  std::vector<float> inner;
+  RegisterHook(a, [&](const Tensor& g) {
+    auto r = Grad({Sum(Mul(w, w))}, {w});  // shares w's AccumulateGrad with the outer run
+    inner = r.ok() ? Vec((*r)[0]) : std::vector<float>{};
+    return g;
+  });
+  ASSERT_TRUE(Backward(Sum(a)).ok());
+  EXPECT_EQ(inner, (std::vector<float>{4}));
+  EXPECT_EQ(Vec(w.grad()), (std::vector<float>{3}));
+}
+
+TEST(AutogradTest, BackwardOnTwoThreadsThroughASharedParameterSumsBoth) {
+  Tensor w = Leaf({1, 1, 1, 1});
+  auto work = [&](float k) {
+    for (int i = 0; i < 200; ++i) ASSERT_TRUE(Backward(Sum(MulScalar(w, k))).ok());
+  };
+  std::thread t1(work, 1.0f), t2(work, 2.0f);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(Vec(w.grad()), (std::vector<float>(4, 600)));
 }
 
 TEST(AutogradTest, ADiamondSumsTheGradientsOfBothPaths) {

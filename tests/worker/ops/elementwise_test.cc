@@ -117,6 +117,13 @@ TEST(ElementwiseDeathTest, InPlaceOnATensorThatRequiresGradIsAnError) {
   EXPECT_DEATH(AddScalarInPlace(w, 1), "requires grad cannot be modified in place");
 }
 
+TEST(ElementwiseDeathTest, InPlaceOperandsMustBroadcastToSelfAndNeedNoGrad) {
+  EXPECT_DEATH(AddInPlace(Zeros({3}), Ones({2, 3})), "add_: shape \\[2, 3\\] does not broadcast");
+  Tensor w = Ones({3}, TensorOptions().set_requires_grad(true));
+  EXPECT_DEATH(AddInPlace(Zeros({3}), w), "the operand requires grad");
+  AddInPlace(Zeros({2, 3}), Ones({3}));  // broadcasting other to self is fine
+}
+
 TEST(ElementwiseDeathTest, IncompatibleShapesNameBothShapes) {
   EXPECT_DEATH(Add(Ones({2, 3}), Ones({4})),
                "add: shapes \\[2, 3\\] and \\[4\\] cannot be broadcast");
