@@ -66,11 +66,19 @@ Tensor Arange(double start, double end, double step, TensorOptions options) {
 }
 Tensor Arange(double end, TensorOptions options) { return Arange(0, end, 1, options); }
 
+namespace {
+// Where a random draw for `t` is written: t itself when contiguous f32/f64, else a temporary
+// in the compute type (f64 stays f64) that is copied into t.
+Tensor DrawTarget(const Tensor& t) {
+  if (t.is_contiguous() && (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64)) return t;
+  DType compute = t.dtype() == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  return Empty(t.shape(), t.options().set_dtype(compute));
+}
+}  // namespace
+
 void UniformInPlace(const Tensor& t, double lo, double hi, Generator* gen) {
   if (gen == nullptr) gen = &DefaultGenerator();
-  Tensor c = t.is_contiguous() && t.dtype() != DType::kBFloat16 && t.dtype() != DType::kFloat16
-                 ? t
-                 : Empty(t.shape(), t.options().set_dtype(DType::kFloat32));
+  Tensor c = DrawTarget(t);
   uint64_t offset = gen->Reserve(kc::CountersFor(c.numel()));
   TY_DISPATCH_FLOATING(c.dtype(), "uniform", [&] {
     kc::FillUniform<scalar_t>(c.numel(), c.data<scalar_t>(), gen->seed(), offset,
@@ -82,9 +90,7 @@ void UniformInPlace(const Tensor& t, double lo, double hi, Generator* gen) {
 
 void NormalInPlace(const Tensor& t, double mean, double std, Generator* gen) {
   if (gen == nullptr) gen = &DefaultGenerator();
-  Tensor c = t.is_contiguous() && t.dtype() != DType::kBFloat16 && t.dtype() != DType::kFloat16
-                 ? t
-                 : Empty(t.shape(), t.options().set_dtype(DType::kFloat32));
+  Tensor c = DrawTarget(t);
   uint64_t offset = gen->Reserve(kc::CountersFor(c.numel()));
   TY_DISPATCH_FLOATING(c.dtype(), "normal", [&] {
     kc::FillNormal<scalar_t>(c.numel(), c.data<scalar_t>(), gen->seed(), offset,

@@ -190,6 +190,16 @@ TEST(TensorTest, RandomFactoriesAreSeededAndHaveTheRightMoments) {
   EXPECT_NE(Vec(Rand({4}, {}, &g1)), Vec(Rand({4}, {}, &g1)));  // the offset advances
 }
 
+TEST(TensorTest, RandomFillsOfStridedFloat64KeepFullPrecision) {
+  Generator g1(9), g2(9);
+  Tensor flat = Empty({3, 4}, Options(DType::kFloat64));
+  NormalInPlace(flat, 0, 1, &g1);
+  Tensor base = Empty({4, 3}, Options(DType::kFloat64));
+  Tensor strided = views::Transpose(base, 0, 1);  // (3, 4), not contiguous
+  NormalInPlace(strided, 0, 1, &g2);
+  EXPECT_EQ(ToVector<double>(strided), ToVector<double>(flat));
+}
+
 TEST(TensorTest, RandomValuesDoNotDependOnTheThreadCount) {
   int threads = kernels::cpu::GetNumThreads();
   kernels::cpu::SetNumThreads(1);
