@@ -20,22 +20,26 @@ void AddInPlace(const Tensor& leaf_grad, const Tensor& g) {
 
 }  // namespace
 
+Status AccumulateGrad::RunLeafHooks(Tensor& g) {
+  if (!leaf_->meta) return OkStatus();
+  for (auto& hook : leaf_->meta->hooks) {
+    Tensor replaced = hook(g);
+    if (!replaced.defined()) continue;
+    RETURN_IF_ERROR(CheckHookResult(replaced, g, name()));
+    g = replaced;
+  }
+  return OkStatus();
+}
+
 GradList AccumulateGrad::Apply(GradList&& grads) {
   Tensor g = std::move(grads[0]);
   Tensor leaf(leaf_);
   if (!g.defined()) return {};
   std::lock_guard<std::mutex> lock(mu_);
-  if (leaf_->meta) {
-    for (auto& hook : leaf_->meta->hooks) {
-      Tensor replaced = hook(g);
-      if (!replaced.defined()) continue;
-      Status s = CheckHookResult(replaced, g, name());
-      if (!s.ok()) {
-        SetBackwardError(s);
-        return {};
-      }
-      g = replaced;
-    }
+  Status hooks = RunLeafHooks(g);
+  if (!hooks.ok()) {
+    SetBackwardError(hooks);
+    return {};
   }
   TY_CHECK(g.shape() == leaf.shape()) << "AccumulateGrad: gradient of shape " << g.shape()
                                       << " for a leaf of shape " << leaf.shape();

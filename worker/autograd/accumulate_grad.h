@@ -16,6 +16,9 @@ class AccumulateGrad final : public Node {
   GradList Apply(GradList&& grads) override;
   bool is_accumulate_grad() const override { return true; }
   Tensor leaf() const { return Tensor(leaf_); }
+  // Runs the leaf's tensor hooks on g (which they may replace); Grad() calls it for captured
+  // leaves, Apply before accumulating.
+  Status RunLeafHooks(Tensor& g);
 
  private:
   std::shared_ptr<TensorImpl> leaf_;

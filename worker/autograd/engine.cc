@@ -129,6 +129,9 @@ Status Engine::Execute(Node* node, Task& task) {
     RETURN_IF_ERROR(TakeBackwardError());
   }
   if (task.capture) {
+    if (node->is_accumulate_grad() && grads[0].defined()) {
+      RETURN_IF_ERROR(static_cast<AccumulateGrad*>(node)->RunLeafHooks(grads[0]));
+    }
     for (const Capture& c : captures_)
       if (c.node == node && grads[c.slot].defined()) results_[c.index] = grads[c.slot];
   }

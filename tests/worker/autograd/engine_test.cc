@@ -125,6 +125,15 @@ TEST(AutogradTest, GradReturnsGradientsWithoutTouchingDotGrad) {
   EXPECT_FALSE(w.grad().defined());
 }
 
+TEST(AutogradTest, GradAppliesTheHooksOfLeafInputs) {
+  Tensor x = Leaf({1, 2});
+  RegisterHook(x, [](const Tensor& g) { return MulScalar(g, 10); });
+  auto g = Grad({Sum(MulScalar(x, 3))}, {x});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(Vec((*g)[0]), (std::vector<float>{30, 30}));
+  EXPECT_FALSE(x.grad().defined());
+}
+
 TEST(AutogradTest, GradOfAnUnusedInputIsAnErrorUnlessAllowed) {
   Tensor x = Leaf({1});
   Tensor unused = Leaf({1});
