@@ -6,6 +6,7 @@
 #include "worker/autograd/grad_mode.h"
 #include "worker/ops/common.h"
 #include "worker/ops/record.h"
+#include "worker/ops/views.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::ops {
@@ -244,7 +245,9 @@ Tensor Pow(const Tensor& a, const Tensor& b) {
           if (NeedsGrad(n, 1)) {
             // z * log(x); where x == 0 and y >= 0 the gradient is 0
             Tensor d = Mul(z, Log(x));
-            Tensor mask = Eq(x, ZerosLike(x));
+            Tensor x_zero = To(Eq(x, ZerosLike(x)), x.dtype());
+            Tensor y_nonneg = To(Ge(y, ZerosLike(y)), y.dtype());
+            Tensor mask = GtScalar(Mul(x_zero, y_nonneg), 0.5);
             d = Where(mask, ZerosLike(d), d);
             r[1] = SumToShape(Mul(g[0], d), sb);
           }

@@ -6,6 +6,8 @@
 #include <limits>
 
 #include "tests/testing/gradcheck.h"
+#include "worker/autograd/engine.h"
+#include "worker/ops/reduction.h"
 #include "worker/ops/activation.h"
 #include "worker/ops/views.h"
 
@@ -64,6 +66,18 @@ TEST(ElementwiseGradTest, WhereRoutesGradientsByCondition) {
   Tensor b = RandLeaf({3}, &gen);
   Tensor cond = FromVector<uint8_t>({1, 0, 1, 0, 0, 1}, {2, 3});
   EXPECT_GRADCHECK([&](auto& in) { return Where(cond, in[0], in[1]); }, {a, b});
+}
+
+TEST(ElementwiseTest, PowExponentGradientAtZeroBaseFollowsPyTorch) {
+  // d(x^y)/dy = x^y log x: 0 at x = 0 when y >= 0, and inf * -inf = -inf when y < 0.
+  Tensor x = FromVector<double>({0, 0, 2});
+  Tensor y = FromVector<double>({2, -1, 1});
+  y.set_requires_grad(true);
+  ASSERT_TRUE(autograd::Backward(Sum(Pow(x, y))).ok());
+  std::vector<double> g = ToVector<double>(y.grad());
+  EXPECT_EQ(g[0], 0.0);
+  EXPECT_EQ(g[1], -INFINITY);  // as torch
+  EXPECT_NEAR(g[2], 2 * std::log(2.0), 1e-12);
 }
 
 TEST(ElementwiseTest, BroadcastShapesFollowNumpy) {
