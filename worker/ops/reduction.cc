@@ -177,7 +177,10 @@ Tensor MaxMinAll(const Tensor& x, bool is_max) {
     auto node = Record(is_max ? "MaxBackward1" : "MinBackward1", {&x}, [](Node& n, GradList&& g) {
       const Tensor& xs = n.saved(0);
       const Tensor& best = n.saved(1);
-      Tensor mask = To(Eq(xs, best), xs.dtype());
+      // The extreme's positions; when it is NaN, the NaN positions (as in PyTorch).
+      Tensor eq = To(Eq(xs, best), xs.dtype());
+      Tensor nans = Mul(To(Ne(xs, xs), xs.dtype()), To(Ne(best, best), xs.dtype()));
+      Tensor mask = Maximum(eq, nans);
       Tensor count = Sum(mask);
       return GradList{Mul(mask, Div(g[0], count))};
     });

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/testing/gradcheck.h"
 #include "worker/ops/views.h"
 
@@ -64,6 +66,13 @@ TEST(ReductionTest, FullMaxSplitsTheGradientAmongTies) {
   x.set_requires_grad(true);
   ASSERT_TRUE(autograd::Backward(Max(x)).ok());
   EXPECT_EQ(ToVector<float>(x.grad()), (std::vector<float>{0.5, 0, 0.5}));
+}
+
+TEST(ReductionTest, FullMaxOfANanSendsTheGradientToTheNan) {
+  Tensor x = FromVector<float>({3, NAN, 1});
+  x.set_requires_grad(true);
+  ASSERT_TRUE(autograd::Backward(Max(x)).ok());
+  EXPECT_EQ(ToVector<float>(x.grad()), (std::vector<float>{0, 1, 0}));
 }
 
 TEST(ReductionTest, LongRowSumsAreAccurate) {
