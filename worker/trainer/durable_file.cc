@@ -1,0 +1,98 @@
+#include "worker/trainer/durable_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace trainyard::trainer {
+namespace {
+
+// Closes fd on scope exit unless released.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  // Closes now, reporting the error (close can report a failed delayed write).
+  Status Close(const std::string& path) {
+    const int fd = fd_;
+    fd_ = -1;
+    return ::close(fd) == 0 ? OkStatus() : ErrnoStatus("closing \"" + path + "\"");
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+Status ErrnoStatus(const std::string& what) {
+  const int err = errno;
+  std::string message = what + ": " + std::strerror(err);
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return NotFoundError(std::move(message));
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return {StatusCode::kPermissionDenied, std::move(message)};
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return ResourceExhaustedError(std::move(message));
+    case EEXIST:
+    case ENOTEMPTY:
+      return AlreadyExistsError(std::move(message));
+    default:
+      return InternalError(std::move(message));
+  }
+}
+
+Status WriteFileSynced(const std::string& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("creating \"" + path + "\"");
+  FdCloser closer(fd);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("writing \"" + path + "\"");
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) return ErrnoStatus("syncing \"" + path + "\"");
+  return closer.Close(path);
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("opening directory \"" + dir + "\" to sync it");
+  FdCloser closer(fd);
+  if (::fsync(fd) != 0 && errno != EINVAL) {
+    return ErrnoStatus("syncing directory \"" + dir + "\"");
+  }
+  return closer.Close(dir);
+}
+
+StatusOr<std::string> ReadFileToString(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("opening \"" + path + "\"");
+  FdCloser closer(fd);
+  std::string out;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("reading \"" + path + "\"");
+    if (n == 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+}  // namespace trainyard::trainer
