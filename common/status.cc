@@ -1,5 +1,8 @@
 #include "common/status.h"
 
+#include <cerrno>
+#include <cstring>
+
 namespace trainyard {
 
 const char* StatusCodeName(StatusCode code) {
@@ -51,5 +54,28 @@ Status Status::WithContext(const std::string& context) const {
 }
 
 std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToString(); }
+
+Status ErrnoStatus(const std::string& what) {
+  const int err = errno;
+  std::string message = what + ": " + std::strerror(err);
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return NotFoundError(std::move(message));
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return {StatusCode::kPermissionDenied, std::move(message)};
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return ResourceExhaustedError(std::move(message));
+    case EEXIST:
+    case ENOTEMPTY:
+      return AlreadyExistsError(std::move(message));
+    default:
+      return InternalError(std::move(message));
+  }
+}
 
 }  // namespace trainyard

@@ -86,6 +86,11 @@ inline Status InternalError(std::string m) { return {StatusCode::kInternal, std:
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 
+// A status for the system call that just failed: `what` + ": " + strerror(errno), with the
+// canonical code for errno (NotFound, PermissionDenied, ResourceExhausted, AlreadyExists,
+// else Internal). Call it right after the failure, before errno can change.
+Status ErrnoStatus(const std::string& what);
+
 // Either a value or a non-OK status. Reading the value of an error is a bug (TY_CHECK).
 template <typename T>
 class [[nodiscard]] StatusOr {

@@ -55,27 +55,6 @@ std::string Range(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
 }
 
-// `what`: strerror(errno), with the canonical code for errno (read right after the failure).
-Status ErrnoError(const std::string& what) {
-  const int err = errno;
-  std::string message = what + ": " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return NotFoundError(std::move(message));
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return {StatusCode::kPermissionDenied, std::move(message)};
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return ResourceExhaustedError(std::move(message));
-    default:
-      return InternalError(std::move(message));
-  }
-}
-
 struct FileCloser {
   void operator()(FILE* f) const { std::fclose(f); }
 };
@@ -166,7 +145,7 @@ std::string BuildHeader(const std::vector<std::pair<std::string, Tensor>>& tenso
 }
 
 Status WriteBytes(FILE* f, const void* data, size_t n, const std::string& tmp) {
-  if (n > 0 && std::fwrite(data, 1, n, f) != n) return ErrnoError("writing " + Quoted(tmp));
+  if (n > 0 && std::fwrite(data, 1, n, f) != n) return ErrnoStatus("writing " + Quoted(tmp));
   return OkStatus();
 }
 
@@ -181,8 +160,8 @@ Status WriteContents(FILE* f, const std::string& tmp, const std::string& header,
     const Tensor data = ContiguousData(named.second);
     RETURN_IF_ERROR(WriteBytes(f, data.raw_data(), ByteSize(data), tmp));
   }
-  if (std::fflush(f) != 0) return ErrnoError("writing " + Quoted(tmp));
-  if (::fsync(::fileno(f)) != 0) return ErrnoError("syncing " + Quoted(tmp));
+  if (std::fflush(f) != 0) return ErrnoStatus("writing " + Quoted(tmp));
+  if (::fsync(::fileno(f)) != 0) return ErrnoStatus("syncing " + Quoted(tmp));
   return OkStatus();
 }
 
@@ -192,9 +171,9 @@ Status SyncDirectoryOf(const std::string& path) {
   const std::string dir =
       slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("opening directory " + Quoted(dir) + " to sync it");
+  if (fd < 0) return ErrnoStatus("opening directory " + Quoted(dir) + " to sync it");
   Status s;
-  if (::fsync(fd) != 0 && errno != EINVAL) s = ErrnoError("syncing directory " + Quoted(dir));
+  if (::fsync(fd) != 0 && errno != EINVAL) s = ErrnoStatus("syncing directory " + Quoted(dir));
   ::close(fd);
   return s;
 }
@@ -206,11 +185,11 @@ Status SaveImpl(const std::string& path, const std::vector<std::pair<std::string
   const std::string header = BuildHeader(tensors, metadata);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return ErrnoError("creating " + Quoted(tmp));
+  if (f == nullptr) return ErrnoStatus("creating " + Quoted(tmp));
   Status s = WriteContents(f, tmp, header, tensors);
-  if (std::fclose(f) != 0 && s.ok()) s = ErrnoError("closing " + Quoted(tmp));
+  if (std::fclose(f) != 0 && s.ok()) s = ErrnoStatus("closing " + Quoted(tmp));
   if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = ErrnoError("renaming " + Quoted(tmp) + " to the destination");
+    s = ErrnoStatus("renaming " + Quoted(tmp) + " to the destination");
   }
   if (!s.ok()) {
     std::remove(tmp.c_str());
@@ -230,7 +209,7 @@ struct Entry {
 
 Status ReadExactly(FILE* f, void* out, size_t n, const std::string& what) {
   if (n == 0 || std::fread(out, 1, n, f) == n) return OkStatus();
-  if (std::ferror(f)) return ErrnoError("reading " + what);
+  if (std::ferror(f)) return ErrnoStatus("reading " + what);
   return DataLossError("reading " + what + ": the file ended early; was it changed while read?");
 }
 
@@ -387,7 +366,7 @@ StatusOr<Tensor> ReadTensor(FILE* f, uint64_t data_start, const Entry& e) {
   const size_t n = e.end - e.begin;
   if (n == 0) return t;
   if (::fseeko(f, static_cast<off_t>(data_start + e.begin), SEEK_SET) != 0) {
-    return ErrnoError("seeking to tensor " + Quoted(e.name));
+    return ErrnoStatus("seeking to tensor " + Quoted(e.name));
   }
   RETURN_IF_ERROR(ReadExactly(f, t.raw_data(), n, "tensor " + Quoted(e.name)));
   if (e.dtype == DType::kBool) {
@@ -403,9 +382,9 @@ StatusOr<Tensor> ReadTensor(FILE* f, uint64_t data_start, const Entry& e) {
 
 StatusOr<SafetensorsFile> LoadImpl(const std::string& path) {
   FilePtr f(std::fopen(path.c_str(), "rb"));
-  if (f == nullptr) return ErrnoError("cannot open the file");
+  if (f == nullptr) return ErrnoStatus("cannot open the file");
   struct stat st;
-  if (::fstat(::fileno(f.get()), &st) != 0) return ErrnoError("cannot stat the file");
+  if (::fstat(::fileno(f.get()), &st) != 0) return ErrnoStatus("cannot stat the file");
   if (!S_ISREG(st.st_mode)) return InvalidArgumentError("not a regular file");
   const uint64_t file_size = st.st_size;
   ASSIGN_OR_RETURN(std::string header, ReadHeader(f.get(), file_size));

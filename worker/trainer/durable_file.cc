@@ -31,29 +31,6 @@ class FdCloser {
 
 }  // namespace
 
-Status ErrnoStatus(const std::string& what) {
-  const int err = errno;
-  std::string message = what + ": " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return NotFoundError(std::move(message));
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return {StatusCode::kPermissionDenied, std::move(message)};
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return ResourceExhaustedError(std::move(message));
-    case EEXIST:
-    case ENOTEMPTY:
-      return AlreadyExistsError(std::move(message));
-    default:
-      return InternalError(std::move(message));
-  }
-}
-
 Status WriteFileSynced(const std::string& path, const std::string& bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("creating \"" + path + "\"");

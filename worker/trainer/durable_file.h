@@ -9,10 +9,6 @@
 
 namespace trainyard::trainer {
 
-// `what: strerror(errno)` with the canonical code for errno (NotFound, PermissionDenied,
-// ResourceExhausted, AlreadyExists, else Internal). Call right after the failing call.
-Status ErrnoStatus(const std::string& what);
-
 // Creates or truncates `path`, writes `bytes` and fsyncs the file. Errors name the path.
 Status WriteFileSynced(const std::string& path, const std::string& bytes);
 

@@ -12,34 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/temp_dir.h"
+
 #ifdef TY_HAVE_ZLIB
 #include <zlib.h>
 #endif
 
 namespace trainyard::data::testing {
 
-// A fresh directory under TMPDIR (or /tmp), removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ty_data_test_XXXXXX";
-    char* made = mkdtemp(tmpl.data());
-    EXPECT_NE(made, nullptr) << "mkdtemp failed for " << tmpl;
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using ::trainyard::testing::TempDir;
 
 inline void WriteRaw(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
