@@ -44,6 +44,8 @@ function(ty_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   ty_target_flags(${name})
+  # PyTorch reference files (tests/golden), read through testing::GoldenPath.
+  target_compile_definitions(${name} PRIVATE TY_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
                        PROPERTIES TIMEOUT 120)
 endfunction()

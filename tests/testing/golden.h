@@ -20,6 +20,11 @@ struct GoldenCase {
   const Tensor& at(const std::string& k) const { return tensors.at(k); }
 };
 
+// tests/golden/<file> (TY_GOLDEN_DIR is set for every test binary by ty_test).
+inline std::string GoldenPath(const std::string& file) {
+  return std::string(TY_GOLDEN_DIR) + "/" + file;
+}
+
 // Reads every case of `path`; an unreadable or malformed file gives an empty list.
 inline std::vector<GoldenCase> ReadGolden(const std::string& path) {
   std::ifstream in(path);

@@ -21,16 +21,7 @@
 
 namespace trainyard::nn::testing {
 
-// tests/golden/<file>. The nn tests get no TY_GOLDEN_DIR from the build, so the path is found
-// from this header's own (absolute) path when the macro is absent.
-inline std::string GoldenPath(const std::string& file) {
-#ifdef TY_GOLDEN_DIR
-  return std::string(TY_GOLDEN_DIR) + "/" + file;
-#else
-  const std::string here = __FILE__;  // <root>/tests/worker/nn/golden_util.h
-  return here.substr(0, here.rfind("/worker/nn/")) + "/golden/" + file;
-#endif
-}
+using trainyard::testing::GoldenPath;
 
 // One model of nn_state_dicts.txt: "key dtype [dims]" per state dict entry, in order.
 struct StateDictListing {

@@ -150,7 +150,7 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 std::vector<GoldenCase>& Cases() {
   static auto* cases =
-      new std::vector<GoldenCase>(testing::ReadGolden(std::string(TY_GOLDEN_DIR) + "/ops.txt"));
+      new std::vector<GoldenCase>(testing::ReadGolden(testing::GoldenPath("ops.txt")));
   return *cases;
 }
 

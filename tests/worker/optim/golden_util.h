@@ -16,16 +16,7 @@ namespace trainyard::optim::test_util {
 
 using trainyard::testing::GoldenCase;
 
-// tests/golden/optim.txt. optim_test gets no TY_GOLDEN_DIR from the build, so the path is found
-// from this header's own (absolute) path when the macro is absent.
-inline std::string OptimGoldenPath() {
-#ifdef TY_GOLDEN_DIR
-  return std::string(TY_GOLDEN_DIR) + "/optim.txt";
-#else
-  const std::string here = __FILE__;  // <root>/tests/worker/optim/golden_util.h
-  return here.substr(0, here.rfind("/worker/optim/")) + "/golden/optim.txt";
-#endif
-}
+inline std::string OptimGoldenPath() { return trainyard::testing::GoldenPath("optim.txt"); }
 
 // The case named `name`; fails the calling test (and returns nullptr) when it is missing.
 inline const GoldenCase* FindGoldenCase(const std::string& name) {

@@ -32,14 +32,7 @@ constexpr int kSteps = 50;
 // decay, exceeds it within 4 to 8 steps.
 constexpr double kTolerance = 1e-4;
 
-std::string TrainingGoldenPath() {
-#ifdef TY_GOLDEN_DIR
-  return std::string(TY_GOLDEN_DIR) + "/training.txt";
-#else
-  const std::string here = __FILE__;  // <root>/tests/worker/optim/training_parity_test.cc
-  return here.substr(0, here.rfind("/worker/optim/")) + "/golden/training.txt";
-#endif
-}
+std::string TrainingGoldenPath() { return trainyard::testing::GoldenPath("training.txt"); }
 
 // The case named `name`; fails the calling test (and returns nullptr) when it is missing.
 const GoldenCase* TrainingCase(const std::string& name) {

@@ -23,15 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 using Named = std::vector<std::pair<std::string, Tensor>>;
 
-// tests/golden, found from this file's path unless the build passes TY_GOLDEN_DIR.
-std::string GoldenDir() {
-#ifdef TY_GOLDEN_DIR
-  return TY_GOLDEN_DIR;
-#else
-  const std::string file = __FILE__;
-  return file.substr(0, file.rfind("/worker/tensor/")) + "/golden";
-#endif
-}
+std::string GoldenDir() { return TY_GOLDEN_DIR; }
 
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
