@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/worker/nn/golden_util.h"
 #include "worker/nn/activation.h"
 #include "worker/nn/linear.h"
 #include "worker/tensor/factories.h"
@@ -9,11 +10,7 @@
 namespace trainyard::nn {
 namespace {
 
-std::vector<std::string> Names(const NamedTensors& list) {
-  std::vector<std::string> names;
-  for (const auto& entry : list) names.push_back(entry.first);
-  return names;
-}
+using testing::Names;
 
 TEST(SequentialTest, NamesChildrenByIndexAndChainsThem) {
   Sequential seq(

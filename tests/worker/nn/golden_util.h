@@ -23,6 +23,13 @@ namespace trainyard::nn::testing {
 
 using trainyard::testing::GoldenPath;
 
+// The names of a state dict or parameter list, in order.
+inline std::vector<std::string> Names(const NamedTensors& list) {
+  std::vector<std::string> names;
+  for (const auto& entry : list) names.push_back(entry.first);
+  return names;
+}
+
 // One model of nn_state_dicts.txt: "key dtype [dims]" per state dict entry, in order.
 struct StateDictListing {
   std::vector<std::string> entries;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/worker/nn/golden_util.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/grad_mode.h"
 #include "worker/nn/containers.h"
@@ -46,11 +47,7 @@ class Tree : public Module {
   std::shared_ptr<Leaf> left, right;
 };
 
-std::vector<std::string> Names(const NamedTensors& list) {
-  std::vector<std::string> names;
-  for (const auto& entry : list) names.push_back(entry.first);
-  return names;
-}
+using testing::Names;
 
 TEST(ModuleTest, StateDictListsParametersThenBuffersThenChildrenLikePyTorch) {
   Tree tree;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "tests/worker/nn/golden_util.h"
 #include "worker/autograd/grad_mode.h"
 #include "worker/ops/reduction.h"
 #include "worker/tensor/factories.h"
@@ -11,11 +12,7 @@
 namespace trainyard::nn {
 namespace {
 
-std::vector<std::string> Names(const NamedTensors& list) {
-  std::vector<std::string> names;
-  for (const auto& entry : list) names.push_back(entry.first);
-  return names;
-}
+using testing::Names;
 
 TEST(BatchNorm2dTest, HasPyTorchParametersAndBuffers) {
   BatchNorm2d bn(3);
