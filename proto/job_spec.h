@@ -1,0 +1,190 @@
+// JobSpec: the C++ form of trainyard.v1.JobSpec (proto/trainyard/v1/job.proto), read from the
+// proto's JSON mapping without protobuf, so the engine and the trainer build with a C++
+// compiler alone (docs/design/005-job-spec.md). Defaults and ranges are those the .proto
+// documents; tests/proto/job_spec_test.cc checks that both name the same fields.
+//
+//   ASSIGN_OR_RETURN(Json json, Json::Parse(text));        // or YAML turned into Json
+//   ASSIGN_OR_RETURN(spec::JobSpec spec, spec::ParseJobSpec(json));
+//   spec.model.arch == "gpt"; spec.model.gpt.n_head == 4; ...
+//
+// A oneof is a string naming the member that was set ("" when none) beside a struct for every
+// member; only the named one is meaningful.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "common/status.h"
+
+namespace trainyard::spec {
+
+struct MlpSpec {
+  std::vector<int64_t> sizes;
+  std::string activation = "relu";
+  double dropout = 0;
+};
+
+struct CnnSpec {
+  int64_t in_channels = 1;
+  int64_t image_size = 28;
+  int64_t num_classes = 10;
+  int64_t channels1 = 32;
+  int64_t channels2 = 64;
+  int64_t hidden = 128;
+  double dropout = 0.25;
+};
+
+struct ResNetSpec {
+  int64_t in_channels = 3;
+  int64_t num_classes = 10;
+  int64_t base_width = 64;
+  std::vector<int64_t> blocks = {2, 2, 2, 2};
+};
+
+struct GptSpec {
+  int64_t vocab_size = 0;  // 0: the data's vocabulary size
+  int64_t context = 128;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 256;
+  double dropout = 0;
+  bool bias = true;
+};
+
+struct ModelSpec {
+  std::string arch;  // "mlp", "cnn", "resnet" or "gpt"
+  MlpSpec mlp;
+  CnnSpec cnn;
+  ResNetSpec resnet;
+  GptSpec gpt;
+};
+
+inline constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+struct FashionMnistData {
+  std::string dir = kDefaultFashionMnistDir;
+  bool normalize = true;
+  int64_t limit = 0;
+};
+
+struct TextData {
+  std::string path;
+  std::string vocabulary = "char";
+  double eval_fraction = 0.1;
+};
+
+struct TokenData {
+  std::string path;
+  double eval_fraction = 0.1;
+};
+
+struct CsvData {
+  std::string path;
+  bool header = false;
+  int64_t label_column = -1;
+  std::string delimiter = ",";
+  double eval_fraction = 0.1;
+};
+
+struct DataSpec {
+  std::string source;  // "fashion_mnist", "text", "tokens" or "csv"
+  FashionMnistData fashion_mnist;
+  TextData text;
+  TokenData tokens;
+  CsvData csv;
+  bool shuffle = true;
+  int num_workers = 1;
+  int prefetch = 2;
+  bool drop_last = false;
+};
+
+struct SgdSpec {
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  bool nesterov = false;
+  double weight_decay = 0;
+};
+
+struct AdamSpec {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;  // adamw's default is 0.01 (OptimizerSpec::adamw)
+};
+
+struct OptimizerSpec {
+  std::string kind;  // "sgd", "adam" or "adamw"
+  SgdSpec sgd;
+  AdamSpec adam;
+  AdamSpec adamw = {1e-3, 0.9, 0.999, 1e-8, 0.01};
+  // The selected optimizer's learning rate.
+  double lr() const;
+};
+
+struct StepScheduleSpec {
+  int64_t step_size = 0;
+  double gamma = 0.1;
+};
+
+struct CosineScheduleSpec {
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;  // 0: the run's last step
+  double min_lr = 0;
+};
+
+struct ScheduleSpec {
+  std::string kind = "constant";  // "constant", "step" or "cosine"
+  StepScheduleSpec step;
+  CosineScheduleSpec cosine;
+};
+
+struct EvalSpec {
+  int64_t every_steps = 0;
+  int64_t max_batches = 0;
+  int64_t batch_size = 0;  // 0: the training batch size
+};
+
+struct CheckpointSpec {
+  std::string dir;
+  int64_t every_steps = 0;
+  int keep_last = 3;
+  bool resume = true;
+  std::string init_from;
+};
+
+struct JobSpec {
+  std::string name = "job";
+  ModelSpec model;
+  DataSpec data;
+  OptimizerSpec optimizer;
+  ScheduleSpec schedule;
+  int64_t batch_size = 32;
+  int64_t steps = 0;   // set at most one of steps and epochs;
+  int64_t epochs = 0;  // ParseJobSpec makes epochs 1 when neither is set
+  EvalSpec eval;
+  std::string precision = "fp32";
+  std::string device = "cpu";
+  uint64_t seed = 0;
+  CheckpointSpec checkpoint;
+  double grad_clip_norm = 0;
+  int num_threads = 0;
+};
+
+// Reads and validates a spec from the proto JSON mapping. InvalidArgument lists every problem,
+// one per line, each naming the field path, the value and what is allowed, e.g.
+//   invalid job spec (2 problems):
+//     batch_size = 0: must be in [1, 1048576]
+//     model.gpt.n_head = 5: must divide model.gpt.n_embd = 256
+// Unknown fields are problems too (with the allowed names, and a suggestion for a typo).
+StatusOr<JobSpec> ParseJobSpec(const Json& json);
+
+// The spec with every field written out (defaults included), in the JSON mapping with the
+// .proto's field names: ParseJobSpec(ToJson(spec)) gives `spec` back.
+Json ToJson(const JobSpec& spec);
+
+}  // namespace trainyard::spec

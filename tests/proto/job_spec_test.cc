@@ -1,0 +1,330 @@
+#include "proto/job_spec.h"
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::spec {
+namespace {
+
+using ::testing::HasSubstr;
+
+Json ParseOrDie(const std::string& text) {
+  StatusOr<Json> json = Json::Parse(text);
+  EXPECT_TRUE(json.ok()) << json.status();
+  return json.ok() ? *json : Json();
+}
+
+// A small valid spec; tests change one thing at a time.
+Json Minimal() {
+  return ParseOrDie(R"({
+    "model": {"mlp": {"sizes": [784, 128, 10]}},
+    "data": {"fashion_mnist": {}},
+    "optimizer": {"sgd": {"lr": 0.1, "momentum": 0.9}}
+  })");
+}
+
+std::string ProblemsOf(const Json& json) {
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  EXPECT_FALSE(spec.ok()) << "accepted " << json.Dump();
+  if (spec.ok()) return "";
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  return std::string(spec.status().message());
+}
+
+// Sets the value at a dotted path, creating objects on the way.
+void SetPath(Json* json, const std::string& path, Json value) {
+  size_t dot = path.find('.');
+  if (dot == std::string::npos) {
+    json->Set(path, std::move(value));
+    return;
+  }
+  std::string head = path.substr(0, dot);
+  Json* child = json->Find(head);
+  if (child == nullptr) child = &json->Set(head, Json::Object()).Find(head)[0];
+  SetPath(child, path.substr(dot + 1), std::move(value));
+}
+
+TEST(JobSpecTest, MinimalSpecGetsTheDocumentedDefaults) {
+  StatusOr<JobSpec> spec = ParseJobSpec(Minimal());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "job");
+  EXPECT_EQ(spec->model.arch, "mlp");
+  EXPECT_EQ(spec->model.mlp.sizes, (std::vector<int64_t>{784, 128, 10}));
+  EXPECT_EQ(spec->model.mlp.activation, "relu");
+  EXPECT_EQ(spec->data.source, "fashion_mnist");
+  EXPECT_EQ(spec->data.fashion_mnist.dir, kDefaultFashionMnistDir);
+  EXPECT_TRUE(spec->data.shuffle);
+  EXPECT_EQ(spec->data.num_workers, 1);
+  EXPECT_EQ(spec->optimizer.kind, "sgd");
+  EXPECT_DOUBLE_EQ(spec->optimizer.lr(), 0.1);
+  EXPECT_DOUBLE_EQ(spec->optimizer.sgd.momentum, 0.9);
+  EXPECT_EQ(spec->schedule.kind, "constant");
+  EXPECT_EQ(spec->batch_size, 32);
+  EXPECT_EQ(spec->steps, 0);
+  EXPECT_EQ(spec->epochs, 1);  // neither set: one epoch
+  EXPECT_EQ(spec->precision, "fp32");
+  EXPECT_EQ(spec->device, "cpu");
+  EXPECT_EQ(spec->checkpoint.keep_last, 3);
+  EXPECT_TRUE(spec->checkpoint.resume);
+  EXPECT_DOUBLE_EQ(spec->optimizer.adamw.weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(spec->optimizer.adam.weight_decay, 0);
+}
+
+TEST(JobSpecTest, ReadsEveryKindOfField) {
+  Json json = ParseOrDie(R"({
+    "name": "kjv-gpt",
+    "model": {"gpt": {"context": 64, "n_layer": 2, "n_head": 2, "n_embd": 32, "dropout": 0.1,
+                      "bias": false}},
+    "data": {"text": {"path": "kjv.txt", "vocabulary": "byte", "eval_fraction": 0.05},
+             "shuffle": false, "num_workers": 0, "drop_last": true},
+    "optimizer": {"adamw": {"lr": 3e-4, "beta2": 0.95, "weight_decay": 0.1}},
+    "schedule": {"cosine": {"warmup_steps": 10, "min_lr": 3e-5}},
+    "batch_size": "16",
+    "steps": 200,
+    "eval": {"every_steps": 50, "max_batches": 4},
+    "seed": "18446744073709551615",
+    "checkpoint": {"dir": "runs/x", "every_steps": 100, "keep_last": 0, "resume": false},
+    "grad_clip_norm": 1.0,
+    "num_threads": 2
+  })");
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "kjv-gpt");
+  EXPECT_EQ(spec->model.arch, "gpt");
+  EXPECT_EQ(spec->model.gpt.context, 64);
+  EXPECT_EQ(spec->model.gpt.vocab_size, 0);
+  EXPECT_FALSE(spec->model.gpt.bias);
+  EXPECT_DOUBLE_EQ(spec->model.gpt.dropout, 0.1);
+  EXPECT_EQ(spec->data.text.vocabulary, "byte");
+  EXPECT_FALSE(spec->data.shuffle);
+  EXPECT_TRUE(spec->data.drop_last);
+  EXPECT_EQ(spec->optimizer.kind, "adamw");
+  EXPECT_DOUBLE_EQ(spec->optimizer.adamw.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(spec->optimizer.adamw.beta1, 0.9);
+  EXPECT_EQ(spec->schedule.kind, "cosine");
+  EXPECT_EQ(spec->schedule.cosine.warmup_steps, 10);
+  EXPECT_EQ(spec->batch_size, 16);  // an int64 may be a string in the proto JSON mapping
+  EXPECT_EQ(spec->steps, 200);
+  EXPECT_EQ(spec->epochs, 0);
+  EXPECT_EQ(spec->seed, UINT64_MAX);
+  EXPECT_EQ(spec->checkpoint.every_steps, 100);
+  EXPECT_EQ(spec->checkpoint.keep_last, 0);
+  EXPECT_FALSE(spec->checkpoint.resume);
+  EXPECT_EQ(spec->num_threads, 2);
+}
+
+TEST(JobSpecTest, AcceptsLowerCamelCaseNamesAsProtobufDoes) {
+  Json json = Minimal();
+  json.Set("batchSize", 64);
+  json.Set("gradClipNorm", 0.5);
+  SetPath(&json, "data.numWorkers", 3);
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->batch_size, 64);
+  EXPECT_DOUBLE_EQ(spec->grad_clip_norm, 0.5);
+  EXPECT_EQ(spec->data.num_workers, 3);
+
+  json.Set("batch_size", 64);
+  EXPECT_THAT(ProblemsOf(json), HasSubstr("batch_size: set twice, as batch_size and batchSize"));
+}
+
+TEST(JobSpecTest, NullIsAbsent) {
+  Json json = Minimal();
+  json.Set("batch_size", nullptr);
+  json.Set("schedule", nullptr);
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->batch_size, 32);
+}
+
+TEST(JobSpecTest, ListsEveryProblemWithItsPathValueAndRange) {
+  Json json = Minimal();
+  json.Set("batch_size", 0);
+  json.Set("epochs", "many");
+  SetPath(&json, "model.mlp.sizes", Json::Array({784, -3, 10}));
+  SetPath(&json, "model.mlp.dropout", 1.0);
+  SetPath(&json, "optimizer.sgd.lr", -0.5);
+  SetPath(&json, "data.num_workers", 65);
+  json.Set("device", "tpu");
+  std::string text = ProblemsOf(json);
+  EXPECT_THAT(text, HasSubstr("invalid job spec (7 problems):"));
+  EXPECT_THAT(text, HasSubstr("batch_size = 0: must be in [1, 1048576]"));
+  EXPECT_THAT(text, HasSubstr("epochs = \"many\": expected an integer"));
+  EXPECT_THAT(text, HasSubstr("model.mlp.sizes[1] = -3: must be in [1, 1048576]"));
+  EXPECT_THAT(text, HasSubstr("model.mlp.dropout = 1.0: must be in [0, 1)"));
+  EXPECT_THAT(text, HasSubstr("optimizer.sgd.lr = -0.5: must be finite and >= 0"));
+  EXPECT_THAT(text, HasSubstr("data.num_workers = 65: must be in [0, 64]"));
+  EXPECT_THAT(text, HasSubstr("device = \"tpu\": allowed: \"cpu\""));
+}
+
+TEST(JobSpecTest, NamesMissingRequiredParts) {
+  std::string text = ProblemsOf(Json::Object());
+  EXPECT_THAT(text, HasSubstr("model: required"));
+  EXPECT_THAT(text, HasSubstr("data: required"));
+  EXPECT_THAT(text, HasSubstr("optimizer: required"));
+
+  Json json = Minimal();
+  json.Set("model", Json::Object());
+  EXPECT_THAT(ProblemsOf(json), HasSubstr("model: required: set one of mlp, cnn, resnet, gpt"));
+  SetPath(&json, "model.mlp", Json::Object({{"sizes", Json::Array({784, 10})}}));
+  SetPath(&json, "model.cnn", Json::Object());
+  EXPECT_THAT(ProblemsOf(json),
+              HasSubstr("model: set only one of mlp, cnn, resnet, gpt (found mlp and cnn)"));
+}
+
+TEST(JobSpecTest, UnknownFieldsAreErrorsWithASuggestion) {
+  Json json = Minimal();
+  json.Set("batchsize", 64);
+  SetPath(&json, "optimizer.sgd.momentun", 0.9);
+  std::string text = ProblemsOf(json);
+  EXPECT_THAT(text, HasSubstr("unknown field batchsize (did you mean batch_size?)"));
+  EXPECT_THAT(text, HasSubstr("unknown field optimizer.sgd.momentun (did you mean momentum?); "
+                              "allowed: lr, momentum, dampening, nesterov, weight_decay"));
+}
+
+TEST(JobSpecTest, ChecksRelationsBetweenFields) {
+  Json json = Minimal();
+  json.Set("steps", 10);
+  json.Set("epochs", 2);
+  SetPath(&json, "model.mlp.sizes", Json::Array({100, 5}));
+  SetPath(&json, "optimizer.sgd.nesterov", true);
+  SetPath(&json, "optimizer.sgd.momentum", 0);
+  SetPath(&json, "checkpoint.every_steps", 5);
+  std::string text = ProblemsOf(json);
+  EXPECT_THAT(text, HasSubstr("steps = 10 and epochs = 2: set only one"));
+  EXPECT_THAT(text, HasSubstr("model.mlp.sizes[0] = 100: must be 784 for data.fashion_mnist"));
+  EXPECT_THAT(text, HasSubstr("model.mlp.sizes[1] = 5: must be 10 for data.fashion_mnist"));
+  EXPECT_THAT(text, HasSubstr("optimizer.sgd.nesterov = true: needs momentum > 0"));
+  EXPECT_THAT(text, HasSubstr("checkpoint.every_steps = 5: needs checkpoint.dir"));
+
+  Json gpt = ParseOrDie(R"({"model": {"gpt": {"n_head": 3}}, "data": {"fashion_mnist": {}},
+                            "optimizer": {"adamw": {"lr": 0.001}},
+                            "schedule": {"cosine": {"min_lr": 0.01, "warmup_steps": 5,
+                                                    "total_steps": 5}},
+                            "name": "Bad Name"})");
+  text = ProblemsOf(gpt);
+  EXPECT_THAT(text, HasSubstr("model.gpt.n_head = 3: must divide model.gpt.n_embd = 256"));
+  EXPECT_THAT(text, HasSubstr("model.gpt: cannot train on data.fashion_mnist"));
+  EXPECT_THAT(text, HasSubstr("schedule.cosine.min_lr = 0.01: must be in [0, optimizer.adamw.lr = 0.001]"));
+  EXPECT_THAT(text, HasSubstr("schedule.cosine.total_steps = 5: must be greater than warmup_steps = 5"));
+  EXPECT_THAT(text, HasSubstr("name = \"Bad Name\": must be 1 to 63 characters"));
+}
+
+TEST(JobSpecTest, RejectsNonObjects) {
+  StatusOr<JobSpec> spec = ParseJobSpec(Json::Array({1, 2}));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("expected an object"));
+  Json json = Minimal();
+  json.Set("model", 3);
+  EXPECT_THAT(ProblemsOf(json), HasSubstr("model = 3: expected an object"));
+}
+
+TEST(JobSpecTest, ToJsonWritesEveryFieldAndReadsBack) {
+  Json json = ParseOrDie(R"({
+    "model": {"cnn": {"channels1": 8}},
+    "data": {"fashion_mnist": {"limit": 1000}},
+    "optimizer": {"adam": {"lr": 0.002}},
+    "schedule": {"step": {"step_size": 100}},
+    "steps": 300,
+    "seed": "18446744073709551615"
+  })");
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  Json out = ToJson(*spec);
+  EXPECT_EQ(out.Find("epochs"), nullptr);
+  ASSERT_NE(out.Find("model"), nullptr);
+  EXPECT_EQ(out.Find("model")->Find("mlp"), nullptr);  // only the selected oneof member
+  EXPECT_EQ(*out.Find("model")->Find("cnn")->Find("dropout"), Json(0.25));
+  EXPECT_EQ(*out.Find("seed"), Json("18446744073709551615"));
+  StatusOr<JobSpec> back = ParseJobSpec(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ToJson(*back), out);
+  EXPECT_EQ(back->model.cnn.channels1, 8);
+  EXPECT_EQ(back->schedule.step.step_size, 100);
+  EXPECT_DOUBLE_EQ(back->schedule.step.gamma, 0.1);
+}
+
+// --- job.proto and the C++ reader name the same fields ---------------------------------------
+
+struct ProtoField {
+  std::string type;
+  std::string name;
+};
+
+// Every message of job.proto and its fields (oneof members included), from the .proto text.
+std::map<std::string, std::vector<ProtoField>> ReadProto() {
+  std::ifstream in(std::string(TY_SOURCE_DIR) + "/proto/trainyard/v1/job.proto");
+  EXPECT_TRUE(in.good());
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = std::regex_replace(buffer.str(), std::regex("//[^\n]*"), "");
+  std::map<std::string, std::vector<ProtoField>> messages;
+  std::regex message_re(R"(message\s+(\w+)\s*\{)");
+  std::regex field_re(R"((?:optional\s+|repeated\s+)?(\w+)\s+(\w+)\s*=\s*\d+\s*;)");
+  for (std::sregex_iterator m(text.begin(), text.end(), message_re), end; m != end; ++m) {
+    // The body up to the brace that closes this message (oneofs nest one level).
+    size_t open = m->position(0) + m->length(0);
+    int depth = 1;
+    size_t close = open;
+    while (depth > 0 && close < text.size()) {
+      depth += text[close] == '{' ? 1 : text[close] == '}' ? -1 : 0;
+      ++close;
+    }
+    std::string body = text.substr(open, close - open - 1);
+    std::vector<ProtoField>& fields = messages[(*m)[1]];
+    for (std::sregex_iterator f(body.begin(), body.end(), field_re); f != end; ++f) {
+      fields.push_back({(*f)[1], (*f)[2]});
+    }
+  }
+  return messages;
+}
+
+// The "allowed: ..." list the reader gives for an unknown field at `path` ("" is the top).
+std::set<std::string> AllowedAt(const std::string& path) {
+  Json json = Minimal();
+  std::string key = path.empty() ? "zz_unknown" : path + ".zz_unknown";
+  SetPath(&json, key, 1);
+  std::string text = ProblemsOf(json);
+  std::smatch match;
+  std::regex line_re("unknown field " + std::regex_replace(key, std::regex(R"(\.)"), R"(\.)") +
+                     "[^\n]*allowed: ([^\n]*)");
+  EXPECT_TRUE(std::regex_search(text, match, line_re)) << text;
+  std::set<std::string> names;
+  if (match.empty() || match[1] == "none") return names;
+  std::stringstream list(match[1]);
+  for (std::string name; std::getline(list, name, ',');) {
+    names.insert(name.substr(name.find_first_not_of(' ')));
+  }
+  return names;
+}
+
+void ExpectSameFields(const std::map<std::string, std::vector<ProtoField>>& proto,
+                      const std::string& message, const std::string& path, int* checked) {
+  ASSERT_TRUE(proto.count(message)) << message;
+  std::set<std::string> want;
+  for (const ProtoField& f : proto.at(message)) want.insert(f.name);
+  EXPECT_EQ(AllowedAt(path), want) << "message " << message << " at '" << path << "'";
+  ++*checked;
+  for (const ProtoField& f : proto.at(message)) {
+    if (proto.count(f.type)) {
+      ExpectSameFields(proto, f.type, path.empty() ? f.name : path + "." + f.name, checked);
+    }
+  }
+}
+
+TEST(JobSpecTest, ReaderAndProtoNameTheSameFields) {
+  std::map<std::string, std::vector<ProtoField>> proto = ReadProto();
+  ASSERT_GE(proto.size(), 20u);
+  int checked = 0;
+  ExpectSameFields(proto, "JobSpec", "", &checked);
+  EXPECT_GE(checked, 21);  // every message path reachable from JobSpec
+}
+
+}  // namespace
+}  // namespace trainyard::spec
