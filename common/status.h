@@ -101,11 +101,13 @@ class [[nodiscard]] StatusOr {
   StatusOr(Status&& status) : status_(std::move(status)) {  // NOLINT
     TY_CHECK(!status_.ok()) << "StatusOr built from an OK status without a value";
   }
-  StatusOr(const T& value) : value_(value) {}        // NOLINT
-  StatusOr(T&& value) : value_(std::move(value)) {}  // NOLINT
+  // std::in_place: T may itself be an optional, and StatusOr<std::optional<X>>(std::nullopt)
+  // must hold an empty X, not be empty.
+  StatusOr(const T& value) : value_(std::in_place, value) {}        // NOLINT
+  StatusOr(T&& value) : value_(std::in_place, std::move(value)) {}  // NOLINT
   template <typename U, typename = std::enable_if_t<std::is_convertible_v<U&&, T> &&
                                                     !std::is_same_v<std::decay_t<U>, Status>>>
-  StatusOr(U&& value) : value_(std::forward<U>(value)) {}  // NOLINT
+  StatusOr(U&& value) : value_(std::in_place, std::forward<U>(value)) {}  // NOLINT
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }

@@ -86,5 +86,21 @@ TEST(SmallVectorTest, SpillsToTheHeapAndKeepsOrder) {
   EXPECT_EQ(v[0], "x");
 }
 
+TEST(StatusOrTest, HoldsAnEmptyOptionalAsAValue) {
+  // StatusOr<std::optional<X>> from std::nullopt is OK and holds an empty optional.
+  auto none = []() -> StatusOr<std::optional<std::string>> { return std::nullopt; };
+  auto some = []() -> StatusOr<std::optional<std::string>> {
+    const std::string path = "step-00000001";
+    return path;
+  };
+  StatusOr<std::optional<std::string>> a = none();
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a->has_value());
+  StatusOr<std::optional<std::string>> b = some();
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b->has_value());
+  EXPECT_EQ(**b, "step-00000001");
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -1,0 +1,399 @@
+#include "worker/trainer/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+
+#include "common/logging.h"
+#include "kernels/cpu/parallel.h"
+#include "worker/autograd/engine.h"
+#include "worker/autograd/grad_mode.h"
+#include "worker/data/sampler.h"
+#include "worker/nn/zoo.h"
+#include "worker/ops/loss.h"
+#include "worker/ops/reduction.h"
+#include "worker/ops/views.h"
+#include "worker/optim/adam.h"
+#include "worker/optim/clip_grad.h"
+#include "worker/optim/sgd.h"
+#include "worker/trainer/durable_file.h"
+
+namespace trainyard::trainer {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double SecondsSince(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+// The model's place in the generators saved with a checkpoint (manifest.h).
+constexpr const char* kModelGenerator = "model";
+// Losses averaged for TrainSummary::final_train_loss.
+constexpr size_t kFinalLossWindow = 50;
+
+nn::ModelConfigs ModelConfigsOf(const spec::ModelSpec& m, int64_t data_vocab) {
+  nn::ModelConfigs c;
+  c.mlp.sizes = m.mlp.sizes;
+  c.mlp.activation = m.mlp.activation;
+  c.mlp.dropout = m.mlp.dropout;
+  c.cnn = {m.cnn.in_channels, m.cnn.image_size, m.cnn.num_classes, m.cnn.channels1,
+           m.cnn.channels2,   m.cnn.hidden,     m.cnn.dropout};
+  c.resnet.in_channels = m.resnet.in_channels;
+  c.resnet.num_classes = m.resnet.num_classes;
+  c.resnet.base_width = m.resnet.base_width;
+  c.resnet.blocks = m.resnet.blocks;
+  c.gpt.vocab_size = m.gpt.vocab_size > 0 ? m.gpt.vocab_size : data_vocab;
+  c.gpt.context = m.gpt.context;
+  c.gpt.n_layer = m.gpt.n_layer;
+  c.gpt.n_head = m.gpt.n_head;
+  c.gpt.n_embd = m.gpt.n_embd;
+  c.gpt.dropout = m.gpt.dropout;
+  c.gpt.bias = m.gpt.bias;
+  return c;
+}
+
+StatusOr<std::unique_ptr<optim::Optimizer>> MakeOptimizer(const spec::OptimizerSpec& o,
+                                                          std::vector<optim::NamedTensor> params) {
+  if (o.kind == "sgd") {
+    optim::SGDOptions s;
+    s.lr = o.sgd.lr;
+    s.momentum = o.sgd.momentum;
+    s.dampening = o.sgd.dampening;
+    s.nesterov = o.sgd.nesterov;
+    s.weight_decay = o.sgd.weight_decay;
+    ASSIGN_OR_RETURN(auto opt, optim::SGD::Create(std::move(params), s));
+    return std::unique_ptr<optim::Optimizer>(std::move(opt));
+  }
+  const spec::AdamSpec& a = o.kind == "adam" ? o.adam : o.adamw;
+  if (o.kind == "adam") {
+    optim::AdamOptions s{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay};
+    ASSIGN_OR_RETURN(auto opt, optim::Adam::Create(std::move(params), s));
+    return std::unique_ptr<optim::Optimizer>(std::move(opt));
+  }
+  optim::AdamWOptions s{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay};
+  ASSIGN_OR_RETURN(auto opt, optim::AdamW::Create(std::move(params), s));
+  return std::unique_ptr<optim::Optimizer>(std::move(opt));
+}
+
+StatusOr<std::unique_ptr<optim::LrSchedule>> MakeSchedule(const spec::JobSpec& spec,
+                                                          int64_t total_steps) {
+  const double lr = spec.optimizer.lr();
+  const spec::ScheduleSpec& s = spec.schedule;
+  if (s.kind == "step") {
+    ASSIGN_OR_RETURN(auto sched, optim::StepSchedule::Create(lr, s.step.step_size, s.step.gamma));
+    return std::unique_ptr<optim::LrSchedule>(std::move(sched));
+  }
+  if (s.kind == "cosine") {
+    const int64_t total = s.cosine.total_steps > 0 ? s.cosine.total_steps : total_steps;
+    if (total <= s.cosine.warmup_steps) {
+      return InvalidArgumentError("schedule.cosine.warmup_steps = " +
+                                  std::to_string(s.cosine.warmup_steps) +
+                                  ": must be less than the run's " + std::to_string(total) + " steps");
+    }
+    ASSIGN_OR_RETURN(auto sched, optim::CosineSchedule::Create(lr, s.cosine.warmup_steps, total,
+                                                               s.cosine.min_lr));
+    return std::unique_ptr<optim::LrSchedule>(std::move(sched));
+  }
+  ASSIGN_OR_RETURN(auto sched, optim::ConstantSchedule::Create(lr));
+  return std::unique_ptr<optim::LrSchedule>(std::move(sched));
+}
+
+// Whether a file or directory exists at `path`.
+bool Exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+}  // namespace
+
+Trainer::Trainer(spec::JobSpec spec, TrainerOptions options)
+    : spec_(std::move(spec)), options_(std::move(options)), gen_(spec_.seed) {}
+
+Trainer::~Trainer() = default;
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(spec::JobSpec spec, TrainerOptions options) {
+  std::unique_ptr<Trainer> trainer(new Trainer(std::move(spec), std::move(options)));
+  RETURN_IF_ERROR(trainer->Init());
+  return trainer;
+}
+
+Status Trainer::Init() {
+  if (spec_.num_threads > 0) kernels::cpu::SetNumThreads(spec_.num_threads);
+  const std::string& dir = spec_.checkpoint.dir;
+  const bool text = spec_.data.source == "text";
+
+  // A text run keeps the vocabulary saved beside its checkpoints, so token ids never change.
+  std::optional<data::Vocabulary> saved_vocabulary;
+  const std::string vocabulary_path = dir.empty() ? "" : dir + "/" + kVocabularyFile;
+  if (text && !dir.empty() && spec_.checkpoint.resume && Exists(vocabulary_path)) {
+    StatusOr<data::Vocabulary> v = data::Vocabulary::Load(vocabulary_path);
+    if (!v.ok()) return Status(v.status().code(), "checkpoint.dir: " + std::string(v.status().message()));
+    saved_vocabulary = std::move(v).value();
+  }
+  ASSIGN_OR_RETURN(data_, LoadJobData(spec_, saved_vocabulary ? &*saved_vocabulary : nullptr));
+
+  if (spec_.model.arch == "gpt" && spec_.model.gpt.vocab_size > 0 &&
+      spec_.model.gpt.vocab_size < data_.num_classes) {
+    return InvalidArgumentError("model.gpt.vocab_size = " + std::to_string(spec_.model.gpt.vocab_size) +
+                                ": smaller than the data's vocabulary of " +
+                                std::to_string(data_.num_classes) + " tokens (0 takes the data's)");
+  }
+  ASSIGN_OR_RETURN(model_, nn::BuildModel(spec_.model.arch,
+                                          ModelConfigsOf(spec_.model, data_.num_classes), &gen_));
+  params_ = model_->Parameters();
+  ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(spec_.optimizer, model_->NamedParameters()));
+
+  const int64_t n = data_.train->size();
+  const int64_t batch = spec_.batch_size;
+  steps_per_epoch_ = spec_.data.drop_last ? n / batch : (n + batch - 1) / batch;
+  if (steps_per_epoch_ == 0) {
+    return InvalidArgumentError("batch_size = " + std::to_string(batch) + ": larger than the " +
+                                std::to_string(n) + " training samples with data.drop_last");
+  }
+  total_steps_ = spec_.steps > 0 ? spec_.steps : spec_.epochs * steps_per_epoch_;
+  ASSIGN_OR_RETURN(schedule_, MakeSchedule(spec_, total_steps_));
+
+  std::shared_ptr<const data::Sampler> sampler;
+  if (spec_.data.shuffle) {
+    sampler = std::make_shared<data::RandomSampler>(n, spec_.seed);
+  } else {
+    sampler = std::make_shared<data::SequentialSampler>(n);
+  }
+  data::DataLoaderOptions loader;
+  loader.batch_size = batch;
+  loader.drop_last = spec_.data.drop_last;
+  loader.num_workers = spec_.data.num_workers;
+  loader.prefetch = spec_.data.prefetch;
+  train_loader_ = std::make_unique<data::DataLoader>(data_.train, sampler, loader);
+  if (data_.eval) {
+    data::DataLoaderOptions eval = loader;
+    eval.batch_size = spec_.eval.batch_size > 0 ? spec_.eval.batch_size : batch;
+    eval.drop_last = false;
+    eval_loader_ = std::make_unique<data::DataLoader>(
+        data_.eval, std::make_shared<data::SequentialSampler>(data_.eval->size()), eval);
+  }
+
+  if (!dir.empty()) {
+    checkpoints_ = std::make_unique<CheckpointManager>(dir, spec_.checkpoint.keep_last, options_.clock);
+    if (text && !saved_vocabulary) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) return InvalidArgumentError("checkpoint.dir: cannot create " + dir + ": " + ec.message());
+      // Written whole or not at all, like the checkpoints.
+      const std::string tmp = vocabulary_path + ".tmp";
+      RETURN_IF_ERROR(data_.vocabulary->Save(tmp));
+      if (std::rename(tmp.c_str(), vocabulary_path.c_str()) != 0) {
+        return ErrnoStatus("renaming " + tmp + " to " + vocabulary_path);
+      }
+      RETURN_IF_ERROR(SyncDirectory(dir));
+    }
+  }
+  return Restore();
+}
+
+Status Trainer::Restore() {
+  if (checkpoints_ && spec_.checkpoint.resume) {
+    StatusOr<std::optional<std::string>> latest = checkpoints_->Latest();
+    if (!latest.ok()) return Status(latest.status().code(), "checkpoint.dir: " + std::string(latest.status().message()));
+    if (latest->has_value()) {
+      const std::string& path = **latest;
+      StatusOr<CheckpointState> state = LoadCheckpoint(path, model_.get(), optimizer_.get());
+      if (!state.ok()) {
+        return Status(state.status().code(),
+                      "resuming from " + path + " (set checkpoint.resume: false or another "
+                      "checkpoint.dir to start afresh): " + std::string(state.status().message()));
+      }
+      if (state->step > total_steps_) {
+        return InvalidArgumentError("resuming from " + path + ": it is at step " +
+                                    std::to_string(state->step) + ", past this run's " +
+                                    std::to_string(total_steps_) + " steps");
+      }
+      RETURN_IF_ERROR(train_loader_->Reset(state->epoch, state->position));
+      state->default_generator.ApplyTo(&DefaultGenerator());
+      auto it = state->generators.find(kModelGenerator);
+      if (it != state->generators.end()) it->second.ApplyTo(&gen_);
+      step_ = state->step;
+      saved_step_ = state->step;
+      last_checkpoint_ = path;
+      resumed_from_ = path;
+      return OkStatus();
+    }
+  }
+  if (!spec_.checkpoint.init_from.empty()) {
+    Status s = InitFromWeights(spec_.checkpoint.init_from, model_.get());
+    if (!s.ok()) return Status(s.code(), "checkpoint.init_from: " + std::string(s.message()));
+  }
+  return OkStatus();
+}
+
+Tensor Trainer::Loss(const Tensor& output, const Tensor& target) const {
+  // (N, C) logits and (N) labels, or (B, T, V) logits and (B, T) next tokens.
+  return ops::CrossEntropy(ops::Reshape(output, {-1, output.size(-1)}), ops::Reshape(target, {-1}));
+}
+
+Status Trainer::SaveCheckpoint(std::string* path) {
+  CheckpointState state;
+  state.step = step_;
+  state.epoch = static_cast<int64_t>(train_loader_->epoch());
+  state.position = train_loader_->position();
+  state.default_generator = GeneratorState::Of(DefaultGenerator());
+  state.generators[kModelGenerator] = GeneratorState::Of(gen_);
+  state.spec = spec::ToJson(spec_);
+  RETURN_IF_ERROR(checkpoints_->Save(*model_, optimizer_.get(), state));
+  saved_step_ = step_;
+  *path = checkpoints_->dir() + "/" + StepDirName(step_);
+  last_checkpoint_ = *path;
+  if (options_.on_checkpoint) options_.on_checkpoint(*path, step_);
+  return OkStatus();
+}
+
+StatusOr<EvalMetrics> Trainer::Evaluate() {
+  if (!eval_loader_) return FailedPreconditionError("this job's data holds nothing out for evaluation");
+  const auto start = SteadyClock::now();
+  const bool was_training = model_->is_training();
+  model_->Eval();
+  autograd::NoGradGuard no_grad;
+  RETURN_IF_ERROR(eval_loader_->Reset(0, 0));
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0, batches = 0;
+  Status status;
+  while (spec_.eval.max_batches == 0 || batches < spec_.eval.max_batches) {
+    StatusOr<std::optional<data::Batch>> next = eval_loader_->Next(options_.data_timeout);
+    if (!next.ok()) {
+      status = next.status();
+      break;
+    }
+    if (!next->has_value()) break;
+    const data::Batch& batch = **next;
+    Tensor logits = model_->Forward(batch.input);
+    Tensor flat = ops::Reshape(logits, {-1, logits.size(-1)});
+    Tensor target = ops::Contiguous(ops::Reshape(batch.target, {-1}));
+    const int64_t n = target.numel();
+    loss_sum += ops::CrossEntropy(flat, target).item() * static_cast<double>(n);
+    Tensor predicted = ops::Contiguous(ops::Argmax(flat, 1));
+    const int64_t* p = predicted.data<int64_t>();
+    const int64_t* t = target.data<int64_t>();
+    for (int64_t i = 0; i < n; ++i) correct += p[i] == t[i];
+    count += n;
+    ++batches;
+  }
+  model_->Train(was_training);
+  RETURN_IF_ERROR(status);
+  EvalMetrics m;
+  m.step = step_;
+  m.loss = count > 0 ? loss_sum / static_cast<double>(count) : std::nan("");
+  m.accuracy = count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : std::nan("");
+  m.samples = count / data_.tokens_per_sample;
+  m.seconds = SecondsSince(start);
+  if (options_.on_eval) options_.on_eval(m);
+  return m;
+}
+
+StatusOr<TrainSummary> Trainer::Run() {
+  const auto run_start = SteadyClock::now();
+  TrainSummary summary;
+  summary.name = spec_.name;
+  summary.total_steps = total_steps_;
+  summary.resumed_from = resumed_from_;
+  std::deque<double> recent_losses;
+  int64_t samples_this_run = 0;
+  int64_t last_eval_step = -1;
+  model_->Train();
+
+  while (step_ < total_steps_) {
+    // Data.
+    auto t0 = SteadyClock::now();
+    StatusOr<std::optional<data::Batch>> next = train_loader_->Next(options_.data_timeout);
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) {  // the epoch is over
+      RETURN_IF_ERROR(train_loader_->Reset(train_loader_->epoch() + 1, 0));
+      continue;
+    }
+    const data::Batch& batch = **next;
+    StepMetrics m;
+    m.epoch = static_cast<int64_t>(train_loader_->epoch());
+    m.data_seconds = SecondsSince(t0);
+
+    // Forward and loss.
+    auto t1 = SteadyClock::now();
+    m.lr = schedule_->LrAt(step_);
+    optimizer_->set_lr(m.lr);
+    Tensor loss = Loss(model_->Forward(batch.input), batch.target);
+    m.loss = loss.item();
+    m.forward_seconds = SecondsSince(t1);
+    if (!std::isfinite(m.loss)) {
+      return FailedPreconditionError(
+          "training diverged: the loss is " + std::to_string(m.loss) + " at step " +
+          std::to_string(step_ + 1) + " (lower the learning rate or set grad_clip_norm)");
+    }
+
+    // Backward.
+    auto t2 = SteadyClock::now();
+    RETURN_IF_ERROR(autograd::Backward(loss));
+    loss = Tensor();
+    m.backward_seconds = SecondsSince(t2);
+
+    // Optimizer.
+    auto t3 = SteadyClock::now();
+    m.grad_norm = std::nan("");
+    if (spec_.grad_clip_norm > 0) m.grad_norm = optim::ClipGradNorm(params_, spec_.grad_clip_norm);
+    optimizer_->Step();
+    optimizer_->ZeroGrad();
+    m.optimizer_seconds = SecondsSince(t3);
+
+    ++step_;
+    m.step = step_;
+    m.total_steps = total_steps_;
+    m.samples = batch.input.size(0);
+    m.tokens = m.samples * data_.tokens_per_sample;
+    const double seconds = SecondsSince(t0);
+    m.samples_per_second = static_cast<double>(m.samples) / seconds;
+    m.tokens_per_second = static_cast<double>(m.tokens) / seconds;
+    samples_this_run += m.samples;
+    ++summary.steps_this_run;
+    recent_losses.push_back(m.loss);
+    if (recent_losses.size() > kFinalLossWindow) recent_losses.pop_front();
+    if (options_.on_step) options_.on_step(m);
+
+    if (eval_loader_ && spec_.eval.every_steps > 0 && step_ % spec_.eval.every_steps == 0 &&
+        step_ < total_steps_) {
+      ASSIGN_OR_RETURN(summary.eval, Evaluate());
+      last_eval_step = step_;
+    }
+    const bool stop = options_.stop != nullptr && options_.stop->load();
+    if (checkpoints_ && spec_.checkpoint.every_steps > 0 &&
+        step_ % spec_.checkpoint.every_steps == 0 && !stop) {
+      std::string path;
+      RETURN_IF_ERROR(SaveCheckpoint(&path));
+    }
+    if (stop && step_ < total_steps_) {
+      summary.interrupted = true;
+      break;
+    }
+  }
+
+  if (!summary.interrupted && eval_loader_ && last_eval_step != step_) {
+    ASSIGN_OR_RETURN(summary.eval, Evaluate());
+  }
+  if (checkpoints_ && saved_step_ != step_) {
+    std::string path;
+    RETURN_IF_ERROR(SaveCheckpoint(&path));
+  }
+  summary.steps = step_;
+  summary.checkpoint = last_checkpoint_;
+  summary.seconds = SecondsSince(run_start);
+  summary.final_train_loss =
+      recent_losses.empty()
+          ? std::nan("")
+          : std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
+                static_cast<double>(recent_losses.size());
+  summary.samples_per_second = static_cast<double>(samples_this_run) / summary.seconds;
+  summary.tokens_per_second = summary.samples_per_second * static_cast<double>(data_.tokens_per_sample);
+  return summary;
+}
+
+}  // namespace trainyard::trainer

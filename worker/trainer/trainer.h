@@ -1,0 +1,152 @@
+// Trainer: one training run on one machine, from a job spec to a trained, checkpointed model.
+//
+//   Create:  spec -> data (job_data.h), model (nn::BuildModel), optimizer, schedule, loaders;
+//            then, when checkpoint.dir holds a checkpoint and checkpoint.resume is on, restore
+//            it (weights, optimizer, step, data position, generators); otherwise load
+//            checkpoint.init_from's weights when set.
+//   Run:     until the step count (steps, or epochs x batches per epoch):
+//              data (next batch) -> forward + loss -> backward -> clip, lr, step, zero_grad
+//            evaluating every eval.every_steps and at the end, checkpointing every
+//            checkpoint.every_steps, at the end and when stopped.
+//
+// Note [Exact resume]: a run stopped after step k and resumed gives the same losses, bit for
+// bit, as one that never stopped (at the same thread count). Everything a step depends on is
+// either a function of the step number (the learning rate), restored from the checkpoint
+// (weights, optimizer state, the generators that drive initialisation and dropout) or a
+// function of (seed, epoch, position) (the data order, worker/data/sampler.h). Evaluation
+// draws no random numbers and leaves the model as it found it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/job_spec.h"
+#include "worker/data/data_loader.h"
+#include "worker/nn/module.h"
+#include "worker/optim/optimizer.h"
+#include "worker/optim/schedule.h"
+#include "worker/tensor/generator.h"
+#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/job_data.h"
+
+namespace trainyard::trainer {
+
+// One optimizer step, reported after it completes.
+struct StepMetrics {
+  int64_t step = 0;         // steps completed, this one included (1 for the first)
+  int64_t total_steps = 0;  // the run's length in steps
+  int64_t epoch = 0;        // the epoch this step's batch came from (0-based)
+  double loss = 0;          // the batch's mean loss, before this step's update
+  double lr = 0;            // the learning rate this step used
+  double grad_norm = 0;     // total L2 gradient norm before clipping; NaN when not clipping
+  int64_t samples = 0;      // samples in the batch
+  int64_t tokens = 0;       // tokens in the batch (samples x context for text; = samples else)
+  double samples_per_second = 0;  // of this step, all four phases included
+  double tokens_per_second = 0;
+  // Wall time of each phase, in seconds.
+  double data_seconds = 0;       // waiting for the batch
+  double forward_seconds = 0;    // model and loss
+  double backward_seconds = 0;   // autograd
+  double optimizer_seconds = 0;  // clipping, the update and zero_grad
+};
+
+// One pass over (at most eval.max_batches of) the held-out split, in evaluation mode.
+struct EvalMetrics {
+  int64_t step = 0;       // steps completed when it ran
+  double loss = 0;        // mean cross-entropy per sample (per token for text)
+  double accuracy = 0;    // fraction of samples (tokens) whose arg-max is the target
+  int64_t samples = 0;    // samples evaluated
+  double seconds = 0;
+};
+
+struct TrainSummary {
+  std::string name;              // spec.name
+  int64_t steps = 0;             // steps completed, counting those before a resume
+  int64_t total_steps = 0;       // the run's length
+  int64_t steps_this_run = 0;    // steps this process took
+  double final_train_loss = 0;   // mean loss of this process's last (up to) 50 steps; NaN if none
+  std::optional<EvalMetrics> eval;    // the last evaluation; nullopt without a held-out split
+  double seconds = 0;                 // wall time of Run
+  double samples_per_second = 0;      // over this run's steps (all phases)
+  double tokens_per_second = 0;
+  std::string checkpoint;             // the last checkpoint written or restored; "" when none
+  std::string resumed_from;           // the checkpoint this run resumed from; "" when none
+  bool interrupted = false;           // stopped by TrainerOptions::stop before the end
+};
+
+struct TrainerOptions {
+  std::function<void(const StepMetrics&)> on_step;
+  std::function<void(const EvalMetrics&)> on_eval;
+  // After each checkpoint is written: its directory and step.
+  std::function<void(const std::string& dir, int64_t step)> on_checkpoint;
+  // Checked after every step; once true, Run saves a checkpoint (when checkpoint.dir is set)
+  // and returns with interrupted = true. May be set from another thread or a signal handler.
+  const std::atomic<bool>* stop = nullptr;
+  // Stamps checkpoints (the real clock when null); must outlive the trainer.
+  const Clock* clock = nullptr;
+  // Longest wait for one batch from the data loader.
+  std::chrono::nanoseconds data_timeout = std::chrono::minutes(5);
+};
+
+class Trainer {
+ public:
+  // Builds everything the spec describes and restores or initialises the weights (see the top
+  // of this file). `spec` must have come from spec::ParseJobSpec. Errors name the spec field
+  // (data that does not fit the model, a missing file, a checkpoint of another model).
+  // Sets the kernel thread count when spec.num_threads > 0 (process-wide).
+  static StatusOr<std::unique_ptr<Trainer>> Create(spec::JobSpec spec, TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains to the end (or until stopped). Errors: the loss became NaN or infinite (naming the
+  // step), a data or checkpoint failure. Call once.
+  StatusOr<TrainSummary> Run();
+
+  // Evaluates the current model on the held-out split; FailedPrecondition when there is none.
+  StatusOr<EvalMetrics> Evaluate();
+
+  const spec::JobSpec& spec() const { return spec_; }
+  const JobData& data() const { return data_; }
+  nn::Module& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  int64_t step() const { return step_; }
+  int64_t total_steps() const { return total_steps_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  // The checkpoint Create restored ("" when it started fresh).
+  const std::string& resumed_from() const { return resumed_from_; }
+
+ private:
+  Trainer(spec::JobSpec spec, TrainerOptions options);
+  Status Init();
+  Status Restore();
+  Status SaveCheckpoint(std::string* path);
+  // The mean loss of a batch: cross-entropy over the last dimension of the model's output.
+  Tensor Loss(const Tensor& output, const Tensor& target) const;
+
+  spec::JobSpec spec_;
+  TrainerOptions options_;
+  Generator gen_;  // initialisation and dropout; outlives model_
+  JobData data_;
+  std::shared_ptr<nn::Module> model_;
+  std::vector<Tensor> params_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  std::unique_ptr<data::DataLoader> train_loader_;
+  std::unique_ptr<data::DataLoader> eval_loader_;
+  std::unique_ptr<CheckpointManager> checkpoints_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+  int64_t step_ = 0;
+  int64_t saved_step_ = -1;  // step of the newest checkpoint on disk for this run
+  std::string last_checkpoint_;
+  std::string resumed_from_;
+};
+
+}  // namespace trainyard::trainer
