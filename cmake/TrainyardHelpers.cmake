@@ -34,10 +34,14 @@ function(ty_library name)
   target_link_options(${name} INTERFACE ${TY_SANITIZE_FLAGS})
 endfunction()
 
-# ty_test(NAME SOURCES... DEPS libs...): one gtest binary; each test case is its own ctest entry.
+# ty_test(NAME SOURCES... DEPS libs... [TIMEOUT seconds]): one gtest binary; each test case is
+# its own ctest entry, limited to TIMEOUT seconds (default 120).
 include(GoogleTest)
 function(ty_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
   if(NOT ARG_SOURCES)
     return()
   endif()
@@ -47,5 +51,5 @@ function(ty_test name)
   # PyTorch reference files (tests/golden), read through testing::GoldenPath.
   target_compile_definitions(${name} PRIVATE TY_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
-                       PROPERTIES TIMEOUT 120)
+                       PROPERTIES TIMEOUT ${ARG_TIMEOUT})
 endfunction()

@@ -1,0 +1,60 @@
+#include "client/spec_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "client/yaml.h"
+
+namespace trainyard::client {
+
+StatusOr<Json> ReadSpecFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus("opening job spec " + path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return ErrnoStatus("reading job spec " + path);
+  const std::string text = buffer.str();
+  const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (!json) return ParseYaml(text, path);
+  StatusOr<Json> parsed = Json::Parse(text);
+  if (!parsed.ok()) return InvalidArgumentError(path + ": " + std::string(parsed.status().message()));
+  return parsed;
+}
+
+Status ApplyOverride(std::string_view assignment, Json* spec) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    return InvalidArgumentError("--set " + std::string(assignment) +
+                                ": expected path=value, e.g. --set optimizer.sgd.lr=0.05");
+  }
+  const std::string path(assignment.substr(0, eq));
+  Json* node = spec;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) return InvalidArgumentError("--set " + path + ": empty field name in the path");
+    if (node->is_null()) *node = Json::Object();
+    if (!node->is_object()) {
+      return InvalidArgumentError("--set " + path + ": " + path.substr(0, start - 1) +
+                                  " is not a mapping");
+    }
+    if (dot == std::string::npos) {
+      node->Set(key, ParsePlainScalar(assignment.substr(eq + 1)));
+      return OkStatus();
+    }
+    if (node->Find(key) == nullptr) node->Set(key, Json::Object());
+    node = node->Find(key);
+    start = dot + 1;
+  }
+}
+
+StatusOr<spec::JobSpec> LoadJobSpec(const std::string& path, const std::vector<std::string>& overrides) {
+  ASSIGN_OR_RETURN(Json json, ReadSpecFile(path));
+  for (const std::string& o : overrides) RETURN_IF_ERROR(ApplyOverride(o, &json));
+  StatusOr<spec::JobSpec> spec = spec::ParseJobSpec(json);
+  if (!spec.ok()) return InvalidArgumentError(path + ": " + std::string(spec.status().message()));
+  return spec;
+}
+
+}  // namespace trainyard::client
