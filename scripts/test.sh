@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs every test: installs the Debian packages the build needs (when missing), configures
-# and builds into build/, then runs ctest. Extra arguments go to ctest (e.g. -R Autograd).
+# Runs every test: installs the Debian packages the build needs and the datasets the
+# end-to-end tests train on (when missing), configures and builds into build/, then runs
+# ctest. Extra arguments go to ctest (e.g. -R Autograd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 ty_ensure_packages "${TY_BUILD_PACKAGES[@]}"
+ty_ensure_data
 
 jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${TY_CMAKE_ARGS:-}
