@@ -145,6 +145,7 @@ Status Trainer::Init() {
   ASSIGN_OR_RETURN(model_, nn::BuildModel(spec_.model.arch,
                                           ModelConfigsOf(spec_.model, data_.num_classes), &gen_));
   params_ = model_->Parameters();
+  for (const Tensor& p : params_) num_parameters_ += p.numel();
   ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(spec_.optimizer, model_->NamedParameters()));
 
   const int64_t n = data_.train->size();

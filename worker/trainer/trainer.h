@@ -116,6 +116,7 @@ class Trainer {
   const JobData& data() const { return data_; }
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
+  int64_t num_parameters() const { return num_parameters_; }  // tied weights counted once
   int64_t step() const { return step_; }
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
@@ -141,6 +142,7 @@ class Trainer {
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> eval_loader_;
   std::unique_ptr<CheckpointManager> checkpoints_;
+  int64_t num_parameters_ = 0;
   int64_t steps_per_epoch_ = 0;
   int64_t total_steps_ = 0;
   int64_t step_ = 0;
