@@ -5,14 +5,15 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduce.h"
 #include "kernels/cpu/simd.h"
 
 namespace trainyard::kernels::cpu {
 namespace {
 
-// OpenBLAS runs a GEMM on one thread below m * n * k = 65536 * GEMM_MULTITHREAD_THRESHOLD
-// (4 by default); below that the batch is the dimension to spread over threads.
-constexpr int64_t kBlasThreadedWork = int64_t{1} << 18;
+// Gemm splits a product over threads from this size on (kernels/cpu/gemm.h); below it the
+// batch is the dimension to spread over threads.
+constexpr int64_t kBlasThreadedWork = 2 * kGemmMinWorkPerPiece;
 // Partial weight gradients summed in a fixed order when the batch is split over threads. The
 // count depends on the batch size only, never on the thread count (determinism).
 constexpr int64_t kMaxWeightPartials = 16;
@@ -116,8 +117,110 @@ OutRange ValidOutputs(int64_t out, int64_t stride, int64_t offset, int64_t in) {
   return OutRange{std::min(lo, h), h};
 }
 
+namespace {
+
+// Note [Shifted taps]
+// With unit strides and out_w == W (a "same" convolution along the rows), col entry
+// (oh, ow) of tap (ki, kj) reads pixel index oh * W + ow + shift with a shift that is the same
+// for the whole tap. The entries that read real pixels form one contiguous span of the
+// flattened (oH, oW) plane, except for the columns ow outside [lo, hi), whose index would wrap
+// into a neighbouring row: a per-column mask blanks those. A tap is then one masked pass over
+// one span, instead of a short copy per output row.
+struct ShiftedTap {
+  int64_t begin = 0, end = 0;  // the span in the flattened (oH, oW) plane; empty if begin >= end
+  int64_t shift = 0;           // pixel index minus col index
+};
+
+bool HasShiftedTaps(const Conv2dShape& s) {
+  return s.stride_h == 1 && s.stride_w == 1 && s.out_w == s.width;
+}
+
+ShiftedTap TapSpan(const Conv2dShape& s, int64_t ki, int64_t kj) {
+  const int64_t sh = ki * s.dilation_h - s.pad_h, sw = kj * s.dilation_w - s.pad_w;
+  const int64_t oh_lo = std::max<int64_t>(0, -sh), oh_hi = std::min(s.out_h, s.height - sh);
+  const OutRange ow = ValidOutputs(s.out_w, 1, sw, s.width);
+  ShiftedTap t;
+  t.shift = sh * s.width + sw;
+  if (oh_lo < oh_hi && ow.lo < ow.hi) {
+    t.begin = oh_lo * s.out_w + ow.lo;
+    t.end = (oh_hi - 1) * s.out_w + ow.hi;
+  }
+  return t;
+}
+
+// masks[kj * l + i] = 1 where column i % oW of tap column kj reads a real pixel, else 0.
+template <typename T>
+std::vector<T> ColumnMasks(const Conv2dShape& s) {
+  const int64_t l = s.out_h * s.out_w;
+  std::vector<T> masks(static_cast<size_t>(s.kernel_w * l));
+  for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+    const OutRange ow = ValidOutputs(s.out_w, 1, kj * s.dilation_w - s.pad_w, s.width);
+    T* m = masks.data() + kj * l;
+    for (int64_t oh = 0; oh < s.out_h; ++oh, m += s.out_w)
+      for (int64_t c = 0; c < s.out_w; ++c) m[c] = c >= ow.lo && c < ow.hi ? T(1) : T(0);
+  }
+  return masks;
+}
+
+template <typename T>
+TY_SIMD void MaskedCopy(T* __restrict dst, const T* __restrict src, const T* __restrict mask,
+                        int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = mask[i] != T(0) ? src[i] : T(0);
+}
+
+template <typename T>
+TY_SIMD void MaskedAdd(T* __restrict dst, const T* __restrict src, const T* __restrict mask,
+                       int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += mask[i] != T(0) ? src[i] : T(0);
+}
+
+// Im2Col for HasShiftedTaps shapes: row r = (c, ki, kj) is zeros around one masked span.
+template <typename T>
+void Im2ColShifted(const Conv2dShape& s, int64_t channels, const T* im, T* col) {
+  const int64_t l = s.out_h * s.out_w, taps = s.kernel_h * s.kernel_w;
+  const std::vector<T> masks = ColumnMasks<T>(s);
+  ParallelFor(channels * taps, GrainFor(l), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t c = r / taps, ki = (r % taps) / s.kernel_w, kj = r % s.kernel_w;
+      const ShiftedTap t = TapSpan(s, ki, kj);
+      T* dst = col + r * l;
+      if (t.begin >= t.end) {
+        std::fill(dst, dst + l, T(0));
+        continue;
+      }
+      std::fill(dst, dst + t.begin, T(0));
+      MaskedCopy(dst + t.begin, im + c * s.height * s.width + t.begin + t.shift,
+                 masks.data() + kj * l + t.begin, t.end - t.begin);
+      std::fill(dst + t.end, dst + l, T(0));
+    }
+  });
+}
+
+// Col2Im for HasShiftedTaps shapes; each pixel is still summed in (ki, kj) order.
+template <typename T>
+void Col2ImShifted(const Conv2dShape& s, int64_t channels, const T* col, T* im) {
+  const int64_t l = s.out_h * s.out_w, taps = s.kernel_h * s.kernel_w;
+  const std::vector<T> masks = ColumnMasks<T>(s);
+  ParallelFor(channels, GrainFor(taps * l), [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      T* plane = im + c * s.height * s.width;
+      std::fill(plane, plane + s.height * s.width, T(0));
+      for (int64_t tap = 0; tap < taps; ++tap) {
+        const int64_t kj = tap % s.kernel_w;
+        const ShiftedTap t = TapSpan(s, tap / s.kernel_w, kj);
+        if (t.begin >= t.end) continue;
+        MaskedAdd(plane + t.begin + t.shift, col + (c * taps + tap) * l + t.begin,
+                  masks.data() + kj * l + t.begin, t.end - t.begin);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 template <typename T>
 void Im2Col(const Conv2dShape& s, int64_t channels, const T* im, T* col) {
+  if (HasShiftedTaps(s)) return Im2ColShifted(s, channels, im, col);
   const int64_t l = s.out_h * s.out_w, taps = s.kernel_h * s.kernel_w;
   ParallelFor(channels * taps, GrainFor(l), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -143,6 +246,7 @@ void Im2Col(const Conv2dShape& s, int64_t channels, const T* im, T* col) {
 
 template <typename T>
 void Col2Im(const Conv2dShape& s, int64_t channels, const T* col, T* im) {
+  if (HasShiftedTaps(s)) return Col2ImShifted(s, channels, col, im);
   const int64_t l = s.out_h * s.out_w, taps = s.kernel_h * s.kernel_w;
   // One chunk owns whole channel planes: each pixel is summed in (ki, kj, oh) order.
   ParallelFor(channels, GrainFor(taps * l), [&](int64_t begin, int64_t end) {
@@ -222,12 +326,26 @@ void Conv2dBackwardWeight(const Conv2dShape& s, const T* gy, const T* x, T* gwei
   for (int64_t p = 1; p < parts; ++p) AddInto(gweight, partials.data() + (p - 1) * wsize, wsize);
 }
 
+template <typename T>
+void Conv2dBackwardBias(const Conv2dShape& s, const T* gy, T* gbias) {
+  const int64_t l = s.out_h * s.out_w;
+  ParallelFor(s.out_channels, GrainFor(s.batch * l), [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      double acc = 0;
+      for (int64_t n = 0; n < s.batch; ++n)
+        acc += static_cast<double>(SumContiguous(gy + (n * s.out_channels + o) * l, l));
+      gbias[o] = static_cast<T>(acc);
+    }
+  });
+}
+
 #define TY_INSTANTIATE(T)                                                               \
   template void Im2Col<T>(const Conv2dShape&, int64_t, const T*, T*);                   \
   template void Col2Im<T>(const Conv2dShape&, int64_t, const T*, T*);                   \
   template void Conv2dForward<T>(const Conv2dShape&, const T*, const T*, const T*, T*); \
   template void Conv2dBackwardInput<T>(const Conv2dShape&, const T*, const T*, T*);     \
-  template void Conv2dBackwardWeight<T>(const Conv2dShape&, const T*, const T*, T*);
+  template void Conv2dBackwardWeight<T>(const Conv2dShape&, const T*, const T*, T*);    \
+  template void Conv2dBackwardBias<T>(const Conv2dShape&, const T*, T*);
 TY_INSTANTIATE(float)
 TY_INSTANTIATE(double)
 #undef TY_INSTANTIATE

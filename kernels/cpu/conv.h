@@ -62,4 +62,9 @@ void Conv2dBackwardInput(const Conv2dShape& s, const T* gy, const T* weight, T* 
 template <typename T>
 void Conv2dBackwardWeight(const Conv2dShape& s, const T* gy, const T* x, T* gweight);
 
+// gbias (O) = sum of gy (N, O, oH, oW) over the batch and the pixels: per channel, each
+// image's plane is summed (SumContiguous) and the plane sums are added in double in batch order.
+template <typename T>
+void Conv2dBackwardBias(const Conv2dShape& s, const T* gy, T* gbias);
+
 }  // namespace trainyard::kernels::cpu

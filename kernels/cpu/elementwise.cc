@@ -60,14 +60,14 @@ void BinaryApply(const StridedIter& it, T* out, const T* x, const T* y, F f) {
 }
 
 template <typename T>
-T GeluTanh(T x) {
+TY_ALWAYS_INLINE T GeluTanh(T x) {
   const T k = static_cast<T>(kSqrt2OverPi);
   T t = FastTanh(k * (x + static_cast<T>(0.044715) * x * x * x));
   return static_cast<T>(0.5) * x * (static_cast<T>(1) + t);
 }
 
 template <typename T>
-T GeluTanhGrad(T x) {
+TY_ALWAYS_INLINE T GeluTanhGrad(T x) {
   const T k = static_cast<T>(kSqrt2OverPi);
   const T c = static_cast<T>(0.044715);
   T t = FastTanh(k * (x + c * x * x * x));
@@ -82,104 +82,138 @@ template <typename T>
 void Unary(UnaryOp op, const StridedIter& it, T* out, const T* x, T a, T b) {
   switch (op) {
     case UnaryOp::kCopy:
-      return UnaryApply(it, out, x, 1, [](T v) { return v; });
+      return UnaryApply(it, out, x, 1, [](T v) TY_INLINE_LAMBDA { return v; });
     case UnaryOp::kNeg:
-      return UnaryApply(it, out, x, 1, [](T v) { return -v; });
+      return UnaryApply(it, out, x, 1, [](T v) TY_INLINE_LAMBDA { return -v; });
     case UnaryOp::kExp:
-      return UnaryApply(it, out, x, 8, [](T v) { return FastExp(v); });
+      return UnaryApply(it, out, x, 8, [](T v) TY_INLINE_LAMBDA { return FastExp(v); });
     case UnaryOp::kLog:
-      return UnaryApply(it, out, x, 8, [](T v) { return std::log(v); });
+      return UnaryApply(it, out, x, 8, [](T v) TY_INLINE_LAMBDA { return std::log(v); });
     case UnaryOp::kSqrt:
-      return UnaryApply(it, out, x, 4, [](T v) { return std::sqrt(v); });
+      return UnaryApply(it, out, x, 4, [](T v) TY_INLINE_LAMBDA { return std::sqrt(v); });
     case UnaryOp::kRsqrt:
-      return UnaryApply(it, out, x, 4, [](T v) { return T(1) / std::sqrt(v); });
+      return UnaryApply(it, out, x, 4, [](T v) TY_INLINE_LAMBDA { return T(1) / std::sqrt(v); });
     case UnaryOp::kAbs:
-      return UnaryApply(it, out, x, 1, [](T v) { return std::fabs(v); });
+      return UnaryApply(it, out, x, 1, [](T v) TY_INLINE_LAMBDA { return std::fabs(v); });
     case UnaryOp::kSign:
-      return UnaryApply(it, out, x, 1, [](T v) { return T((v > 0) - (v < 0)); });
+      return UnaryApply(it, out, x, 1, [](T v) TY_INLINE_LAMBDA { return T((v > 0) - (v < 0)); });
     case UnaryOp::kRelu:
-      return UnaryApply(it, out, x, 1, [](T v) { return v < 0 ? T(0) : v; });
+      return UnaryApply(it, out, x, 1, [](T v) TY_INLINE_LAMBDA { return v < 0 ? T(0) : v; });
     case UnaryOp::kSigmoid:
-      return UnaryApply(it, out, x, 8, [](T v) { return FastSigmoid(v); });
+      return UnaryApply(it, out, x, 8, [](T v) TY_INLINE_LAMBDA { return FastSigmoid(v); });
     case UnaryOp::kTanh:
-      return UnaryApply(it, out, x, 8, [](T v) { return FastTanh(v); });
+      return UnaryApply(it, out, x, 8, [](T v) TY_INLINE_LAMBDA { return FastTanh(v); });
     case UnaryOp::kSilu:
-      return UnaryApply(it, out, x, 8, [](T v) { return v * FastSigmoid(v); });
+      return UnaryApply(it, out, x, 8, [](T v) TY_INLINE_LAMBDA { return v * FastSigmoid(v); });
     case UnaryOp::kGeluTanh:
-      return UnaryApply(it, out, x, 12, [](T v) { return GeluTanh(v); });
+      return UnaryApply(it, out, x, 12, [](T v) TY_INLINE_LAMBDA { return GeluTanh(v); });
     case UnaryOp::kGeluErf:
-      return UnaryApply(it, out, x, 12, [](T v) {
-        return T(0.5) * v * (T(1) + std::erf(v * static_cast<T>(kInvSqrt2)));
+      return UnaryApply(it, out, x, 12, [](T v) TY_INLINE_LAMBDA {
+        return T(0.5) * v * (T(1) + FastErf(v * static_cast<T>(kInvSqrt2)));
       });
     case UnaryOp::kPow:
-      if (a == T(2)) return UnaryApply(it, out, x, 1, [](T v) { return v * v; });
-      return UnaryApply(it, out, x, 16, [a](T v) { return std::pow(v, a); });
+      if (a == T(2)) return UnaryApply(it, out, x, 1, [](T v) TY_INLINE_LAMBDA { return v * v; });
+      return UnaryApply(it, out, x, 16, [a](T v) TY_INLINE_LAMBDA { return std::pow(v, a); });
     case UnaryOp::kClamp:
-      return UnaryApply(it, out, x, 1, [a, b](T v) {
+      return UnaryApply(it, out, x, 1, [a, b](T v) TY_INLINE_LAMBDA {
         T r = v < a ? a : v;
         r = r > b ? b : r;
         return v != v ? v : r;
       });
     case UnaryOp::kAffine:
-      return UnaryApply(it, out, x, 1, [a, b](T v) { return a * v + b; });
+      return UnaryApply(it, out, x, 1, [a, b](T v) TY_INLINE_LAMBDA { return a * v + b; });
   }
   TY_CHECK(false) << "unknown unary op " << static_cast<int>(op);
 }
 
+namespace {
+
+// gx[i] = f(x[i], y[i], g[i]) over [0, n), in chunks over threads. `x` and `y` are read only
+// when the op's derivative needs them (Reads says which), so either may be null otherwise.
+enum class Reads { kG, kXG, kYG, kXYG };
+
+template <Reads R, typename T, typename F>
+TY_SIMD void BackwardRun(int64_t n, const T* __restrict x, const T* __restrict y,
+                         const T* __restrict g, T* __restrict gx, F f) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T xv = (R == Reads::kXG || R == Reads::kXYG) ? x[i] : T(0);
+    const T yv = (R == Reads::kYG || R == Reads::kXYG) ? y[i] : T(0);
+    gx[i] = f(xv, yv, g[i]);
+  }
+}
+
+template <Reads R, typename T, typename F>
+void BackwardApply(int64_t n, int64_t cost, const T* x, const T* y, const T* g, T* gx, F f) {
+  ParallelFor(n, GrainFor(cost), [&](int64_t lo, int64_t hi) {
+    BackwardRun<R>(hi - lo, R == Reads::kG || R == Reads::kYG ? x : x + lo,
+                   R == Reads::kG || R == Reads::kXG ? y : y + lo, g + lo, gx + lo, f);
+  });
+}
+
+}  // namespace
+
 template <typename T>
 void UnaryBackward(UnaryOp op, int64_t n, const T* x, const T* y, const T* g, T* gx, T a, T b) {
-  // One operand per array position: reuse the strided machinery on a flat run.
-  auto run = [&](int64_t cost, auto f) {
-    ParallelFor(n, GrainFor(cost), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) gx[i] = f(i);
-    });
-  };
+  constexpr Reads kG = Reads::kG, kXG = Reads::kXG, kYG = Reads::kYG;
   switch (op) {
     case UnaryOp::kCopy:
-      return run(1, [&](int64_t i) { return g[i]; });
+      return BackwardApply<kG>(n, 1, x, y, g, gx, [](T, T, T gv) TY_INLINE_LAMBDA { return gv; });
     case UnaryOp::kNeg:
-      return run(1, [&](int64_t i) { return -g[i]; });
+      return BackwardApply<kG>(n, 1, x, y, g, gx, [](T, T, T gv) TY_INLINE_LAMBDA { return -gv; });
     case UnaryOp::kExp:
-      return run(1, [&](int64_t i) { return g[i] * y[i]; });
+      return BackwardApply<kYG>(n, 1, x, y, g, gx,
+                                [](T, T yv, T gv) TY_INLINE_LAMBDA { return gv * yv; });
     case UnaryOp::kLog:
-      return run(1, [&](int64_t i) { return g[i] / x[i]; });
+      return BackwardApply<kXG>(n, 1, x, y, g, gx,
+                                [](T xv, T, T gv) TY_INLINE_LAMBDA { return gv / xv; });
     case UnaryOp::kSqrt:
-      return run(1, [&](int64_t i) { return g[i] / (T(2) * y[i]); });
+      return BackwardApply<kYG>(n, 1, x, y, g, gx,
+                                [](T, T yv, T gv) TY_INLINE_LAMBDA { return gv / (T(2) * yv); });
     case UnaryOp::kRsqrt:
-      return run(1, [&](int64_t i) { return g[i] * T(-0.5) * y[i] * y[i] * y[i]; });
+      return BackwardApply<kYG>(n, 1, x, y, g, gx, [](T, T yv, T gv) TY_INLINE_LAMBDA {
+        return gv * T(-0.5) * yv * yv * yv;
+      });
     case UnaryOp::kAbs:
-      return run(1, [&](int64_t i) { return g[i] * T((x[i] > 0) - (x[i] < 0)); });
+      return BackwardApply<kXG>(n, 1, x, y, g, gx, [](T xv, T, T gv) TY_INLINE_LAMBDA {
+        return gv * T((xv > 0) - (xv < 0));
+      });
     case UnaryOp::kSign:
-      return run(1, [&](int64_t) { return T(0); });
+      return BackwardApply<kG>(n, 1, x, y, g, gx, [](T, T, T) TY_INLINE_LAMBDA { return T(0); });
     case UnaryOp::kRelu:
-      return run(1, [&](int64_t i) { return x[i] > 0 ? g[i] : T(0); });
+      return BackwardApply<kXG>(n, 1, x, y, g, gx,
+                                [](T xv, T, T gv) TY_INLINE_LAMBDA { return xv > 0 ? gv : T(0); });
     case UnaryOp::kSigmoid:
-      return run(1, [&](int64_t i) { return g[i] * y[i] * (T(1) - y[i]); });
+      return BackwardApply<kYG>(
+          n, 1, x, y, g, gx, [](T, T yv, T gv) TY_INLINE_LAMBDA { return gv * yv * (T(1) - yv); });
     case UnaryOp::kTanh:
-      return run(1, [&](int64_t i) { return g[i] * (T(1) - y[i] * y[i]); });
+      return BackwardApply<kYG>(
+          n, 1, x, y, g, gx, [](T, T yv, T gv) TY_INLINE_LAMBDA { return gv * (T(1) - yv * yv); });
     case UnaryOp::kSilu:
-      return run(8, [&](int64_t i) {
-        T s = FastSigmoid(x[i]);
-        return g[i] * s * (T(1) + x[i] * (T(1) - s));
+      return BackwardApply<kXG>(n, 8, x, y, g, gx, [](T xv, T, T gv) TY_INLINE_LAMBDA {
+        T s = FastSigmoid(xv);
+        return gv * s * (T(1) + xv * (T(1) - s));
       });
     case UnaryOp::kGeluTanh:
-      return run(12, [&](int64_t i) { return g[i] * GeluTanhGrad(x[i]); });
+      return BackwardApply<kXG>(
+          n, 12, x, y, g, gx, [](T xv, T, T gv) TY_INLINE_LAMBDA { return gv * GeluTanhGrad(xv); });
     case UnaryOp::kGeluErf:
-      return run(12, [&](int64_t i) {
-        T v = x[i];
-        T cdf = T(0.5) * (T(1) + std::erf(v * static_cast<T>(kInvSqrt2)));
-        T pdf = std::exp(T(-0.5) * v * v) * static_cast<T>(kInvSqrt2Pi);
-        return g[i] * (cdf + v * pdf);
+      return BackwardApply<kXG>(n, 12, x, y, g, gx, [](T xv, T, T gv) TY_INLINE_LAMBDA {
+        T cdf = T(0.5) * (T(1) + FastErf(xv * static_cast<T>(kInvSqrt2)));
+        T pdf = FastExp(T(-0.5) * xv * xv) * static_cast<T>(kInvSqrt2Pi);
+        return gv * (cdf + xv * pdf);
       });
     case UnaryOp::kPow:
-      return run(16, [&](int64_t i) {
+      return BackwardApply<kXG>(n, 16, x, y, g, gx, [a](T xv, T, T gv) TY_INLINE_LAMBDA {
         if (a == T(0)) return T(0);
-        return g[i] * a * std::pow(x[i], a - T(1));
+        return gv * a * std::pow(xv, a - T(1));
       });
     case UnaryOp::kClamp:
-      return run(1, [&](int64_t i) { return (x[i] >= a && x[i] <= b) ? g[i] : T(0); });
+      return BackwardApply<kXG>(n, 1, x, y, g, gx, [a, b](T xv, T, T gv) TY_INLINE_LAMBDA {
+        return (xv >= a && xv <= b) ? gv : T(0);
+      });
     case UnaryOp::kAffine:
-      return run(1, [&](int64_t i) { return g[i] * a; });
+      return BackwardApply<kG>(n, 1, x, y, g, gx,
+                               [a](T, T, T gv) TY_INLINE_LAMBDA { return gv * a; });
   }
   TY_CHECK(false) << "unknown unary op " << static_cast<int>(op);
 }

@@ -89,11 +89,81 @@ std::vector<int64_t> AvgFactors(int64_t out, int64_t stride, int64_t pad, int64_
 int64_t BinStart(int64_t o, int64_t in, int64_t out) { return o * in / out; }
 int64_t BinEnd(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
 
+// The common 2x2 window with stride 2 and no padding or dilation: the same rule as MaxRun over
+// the taps (0,0), (0,1), (1,0), (1,1) in that order, written as selects. Output i of a row
+// reads r0[2i], r0[2i+1] (input row 2 oh, flat index index0 + 2i) and r1[2i], r1[2i+1].
+template <typename T>
+inline void Max2x2(T* best, int64_t* arg, const T* r0, const T* r1, int64_t i, int64_t index0,
+                   int64_t width) {
+  T b = r0[2 * i];
+  int64_t a = index0 + 2 * i;
+  const T v1 = r0[2 * i + 1], v2 = r1[2 * i], v3 = r1[2 * i + 1];
+  bool take = v1 > b || v1 != v1;
+  b = take ? v1 : b;
+  a = take ? index0 + 2 * i + 1 : a;
+  take = v2 > b || v2 != v2;
+  b = take ? v2 : b;
+  a = take ? index0 + width + 2 * i : a;
+  take = v3 > b || v3 != v3;
+  b = take ? v3 : b;
+  a = take ? index0 + width + 2 * i + 1 : a;
+  best[i] = b;
+  arg[i] = a;
+}
+
+// One output row of n. Rows are short (7 to 28 outputs in small CNNs), too short for GCC's
+// vector loop and its scalar remainder, so the row goes in groups of 8 lanes, the last group
+// overlapping the one before (an output is a pure function of the input, so writing it twice
+// is harmless).
+template <typename T>
+TY_SIMD void MaxRow2x2(T* __restrict best, int64_t* __restrict arg, const T* __restrict r0,
+                       const T* __restrict r1, int64_t n, int64_t index0, int64_t width) {
+  constexpr int64_t kLanes = 8;
+  if (n < kLanes) {
+    for (int64_t i = 0; i < n; ++i) Max2x2(best, arg, r0, r1, i, index0, width);
+    return;
+  }
+  for (int64_t i0 = 0; i0 < n; i0 += kLanes) {
+    const int64_t b = std::min(i0, n - kLanes);
+    for (int64_t l = 0; l < kLanes; ++l) Max2x2(best, arg, r0, r1, b + l, index0, width);
+  }
+}
+
+// The adjoint of MaxRow2x2 for one output row: each of the four pixels under window i gets
+// gy[i] if it is the window's argmax, else 0.
+template <typename T>
+TY_SIMD void RouteRow2x2(T* __restrict g0, T* __restrict g1, const T* __restrict gy,
+                         const int64_t* __restrict arg, int64_t n, int64_t index0, int64_t width) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t a = arg[i] - index0 - 2 * i;  // 0, 1, width or width + 1
+    g0[2 * i] = a == 0 ? gy[i] : T(0);
+    g0[2 * i + 1] = a == 1 ? gy[i] : T(0);
+    g1[2 * i] = a == width ? gy[i] : T(0);
+    g1[2 * i + 1] = a == width + 1 ? gy[i] : T(0);
+  }
+}
+
+bool IsPlain2x2(const Pool2dShape& s) {
+  return s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 &&
+         s.pad_w == 0 && s.dilation_h == 1 && s.dilation_w == 1;
+}
+
 }  // namespace
 
 template <typename T>
 void MaxPool2dForward(const Pool2dShape& s, const T* x, T* y, int64_t* argmax) {
   const int64_t hw = s.height * s.width, ohw = s.out_h * s.out_w;
+  if (IsPlain2x2(s)) {
+    ForEachPlane(s, 4 * ohw, [&](int64_t p) {
+      for (int64_t oh = 0; oh < s.out_h; ++oh) {
+        const int64_t index0 = 2 * oh * s.width;
+        const T* r0 = x + p * hw + index0;
+        MaxRow2x2(y + p * ohw + oh * s.out_w, argmax + p * ohw + oh * s.out_w, r0, r0 + s.width,
+                  s.out_w, index0, s.width);
+      }
+    });
+    return;
+  }
   ForEachPlane(s, ohw * s.kernel_h * s.kernel_w, [&](int64_t p) {
     const T* xp = x + p * hw;
     for (int64_t oh = 0; oh < s.out_h; ++oh) {
@@ -112,6 +182,26 @@ void MaxPool2dForward(const Pool2dShape& s, const T* x, T* y, int64_t* argmax) {
 template <typename T>
 void MaxPool2dBackward(const Pool2dShape& s, const T* gy, const int64_t* argmax, T* gx) {
   const int64_t hw = s.height * s.width, ohw = s.out_h * s.out_w;
+  if (IsPlain2x2(s)) {
+    // Windows do not overlap: every pixel gets its window's gradient or zero, written once.
+    ForEachPlane(s, 2 * hw, [&](int64_t p) {
+      for (int64_t oh = 0; oh < s.out_h; ++oh) {
+        const int64_t o = p * ohw + oh * s.out_w;
+        T* g0 = gx + p * hw + 2 * oh * s.width;
+        RouteRow2x2(g0, g0 + s.width, gy + o, argmax + o, s.out_w, 2 * oh * s.width, s.width);
+      }
+      // Rows and columns that no window reads (odd sizes) get zeros.
+      for (int64_t ih = 0; ih < s.height; ++ih) {
+        T* row = gx + p * hw + ih * s.width;
+        if (ih >= 2 * s.out_h) {
+          std::fill(row, row + s.width, T(0));
+        } else {
+          std::fill(row + 2 * s.out_w, row + s.width, T(0));
+        }
+      }
+    });
+    return;
+  }
   ForEachPlane(s, ohw + hw, [&](int64_t p) {
     T* gxp = gx + p * hw;
     std::fill(gxp, gxp + hw, T(0));

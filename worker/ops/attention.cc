@@ -2,15 +2,22 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "worker/ops/common.h"
 #include "worker/ops/elementwise.h"
 #include "worker/ops/linalg.h"
+#include "worker/ops/record.h"
 #include "worker/ops/softmax.h"
 #include "worker/ops/views.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::ops {
+
+namespace kc = kernels::cpu;
+using autograd::SetHistory;
+using autograd::ShouldRecord;
 
 namespace {
 
@@ -36,6 +43,106 @@ Tensor CausalKeep(int64_t l, int64_t s) {
   return Le(Reshape(Arange(s), {1, s}), Reshape(Arange(l), {l, 1}));
 }
 
+// The fused kernel (kernels/cpu/attention.h) takes attention without a mask, or causal,
+// when q, k and v have the same batch dims (no broadcasting) and no size is 0.
+bool UseFusedKernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask) {
+  if (attn_mask.defined() || q.dim() != k.dim() || q.dim() != v.dim()) return false;
+  for (int64_t d = 0; d + 2 < q.dim(); ++d)
+    if (q.size(d) != k.size(d) || q.size(d) != v.size(d)) return false;
+  return q.size(-2) > 0 && k.size(-2) > 0 && q.size(-1) > 0 && v.size(-1) > 0 && q.numel() > 0;
+}
+
+// A (*, rows, cols) tensor as the kernel reads it: unit column stride (else a contiguous
+// copy), rows `ld` apart, and each batch item's element offset.
+struct FusedInput {
+  Tensor data;
+  std::vector<int64_t> offsets;
+  int64_t ld = 0;
+
+  explicit FusedInput(const Tensor& t) : data(t) {
+    const int64_t rows = t.size(-2), cols = t.size(-1);
+    if (t.stride(-1) != 1 || (rows > 1 && t.stride(-2) < cols)) data = ContiguousData(t);
+    ld = rows > 1 ? data.stride(-2) : cols;
+    offsets.assign(1, 0);
+    for (int64_t d = 0; d + 2 < data.dim(); ++d) {
+      std::vector<int64_t> next;
+      next.reserve(offsets.size() * data.size(d));
+      for (int64_t base : offsets)
+        for (int64_t i = 0; i < data.size(d); ++i) next.push_back(base + i * data.stride(d));
+      offsets.swap(next);
+    }
+  }
+
+  template <typename T>
+  kc::AttentionInput<T> View() const {
+    return kc::AttentionInput<T>{data.data<T>(), offsets.data(), ld};
+  }
+};
+
+kc::AttentionDims FusedDims(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                            double scale) {
+  kc::AttentionDims d;
+  d.batch = q.numel() / (q.size(-2) * q.size(-1));
+  d.l = q.size(-2);
+  d.s = k.size(-2);
+  d.e = q.size(-1);
+  d.ev = v.size(-1);
+  d.causal = is_causal;
+  d.scale = scale;
+  return d;
+}
+
+// The dims of q, k or v with the last two replaced.
+Shape WithMatrix(const Tensor& t, int64_t rows, int64_t cols) {
+  Shape shape = t.shape();
+  shape[t.dim() - 2] = rows;
+  shape[t.dim() - 1] = cols;
+  return shape;
+}
+
+GradList FusedAttentionBackward(const Node& n, const Tensor& gout, bool is_causal, double scale) {
+  const Tensor &q = n.saved(0), &k = n.saved(1), &v = n.saved(2), &probs = n.saved(3);
+  const kc::AttentionDims d = FusedDims(q, k, v, is_causal, scale);
+  const FusedInput fq(q), fk(k), fv(v);
+  Tensor g = ContiguousData(gout);
+  Tensor gq = Empty(q.shape(), q.options()), gk = Empty(k.shape(), k.options());
+  Tensor gv = Empty(v.shape(), v.options());
+  TY_DISPATCH_FLOATING(q.dtype(), "scaled_dot_product_attention backward", [&] {
+    kc::AttentionBackward<scalar_t>(d, fq.View<scalar_t>(), fk.View<scalar_t>(),
+                                    fv.View<scalar_t>(), probs.data<scalar_t>(), g.data<scalar_t>(),
+                                    gq.data<scalar_t>(), gk.data<scalar_t>(), gv.data<scalar_t>());
+  });
+  GradList r(3);
+  if (NeedsGrad(n, 0)) r[0] = gq;
+  if (NeedsGrad(n, 1)) r[1] = gk;
+  if (NeedsGrad(n, 2)) r[2] = gv;
+  return r;
+}
+
+Tensor FusedAttention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                      double scale) {
+  const kc::AttentionDims d = FusedDims(q, k, v, is_causal, scale);
+  const FusedInput fq(q), fk(k), fv(v);
+  Tensor probs = Empty(WithMatrix(q, d.l, d.s), q.options());
+  Tensor out = Empty(WithMatrix(q, d.l, d.ev), q.options());
+  TY_DISPATCH_FLOATING(q.dtype(), kName, [&] {
+    kc::AttentionForward<scalar_t>(d, fq.View<scalar_t>(), fk.View<scalar_t>(), fv.View<scalar_t>(),
+                                   probs.data<scalar_t>(), out.data<scalar_t>());
+  });
+  if (ShouldRecord({&q, &k, &v})) {
+    auto node = Record("ScaledDotProductFlashAttentionForCpuBackward0", {&q, &k, &v},
+                       [is_causal, scale](Node& n, GradList&& g) {
+                         return FusedAttentionBackward(n, g[0], is_causal, scale);
+                       });
+    node->Save(q);
+    node->Save(k);
+    node->Save(v);
+    node->Save(probs);
+    SetHistory(out, node);
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor ScaledDotProductAttention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
@@ -43,6 +150,8 @@ Tensor ScaledDotProductAttention(const Tensor& q, const Tensor& k, const Tensor&
   CheckAttention(q, k, v, is_causal, attn_mask);
   const int64_t l = q.size(-2), s = k.size(-2);
   const double sc = scale == 0 ? 1 / std::sqrt(static_cast<double>(q.size(-1))) : scale;
+  if (UseFusedKernel(q, k, v, attn_mask)) return FusedAttention(q, k, v, is_causal, sc);
+  // The reference: composed of differentiable ops.
   Tensor scores = MulScalar(Matmul(q, Transpose(k, -2, -1)), sc);  // (*, L, S)
   const Tensor blocked = Scalar(-std::numeric_limits<double>::infinity(), q.options());
   if (is_causal) {

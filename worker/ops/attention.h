@@ -1,6 +1,8 @@
 // Scaled dot-product attention (float32/float64) as
-// torch.nn.functional.scaled_dot_product_attention without dropout. It is composed of
-// differentiable ops (Matmul, Where, Softmax), so its backward comes from theirs.
+// torch.nn.functional.scaled_dot_product_attention without dropout. Without a mask (causal or
+// not) and with q, k and v of the same batch dims it runs the fused kernel of
+// kernels/cpu/attention.h with its own backward; otherwise (and as the reference the fused
+// kernel is tested against) it is composed of differentiable ops (Matmul, Where, Softmax).
 #pragma once
 
 #include "worker/tensor/tensor.h"

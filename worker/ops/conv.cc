@@ -3,7 +3,6 @@
 #include "kernels/cpu/conv.h"
 #include "worker/ops/common.h"
 #include "worker/ops/record.h"
-#include "worker/ops/reduction.h"
 
 namespace trainyard::ops {
 
@@ -93,6 +92,14 @@ Tensor ConvWeightGrad(const kc::Conv2dShape& s, const Tensor& gy, const Tensor& 
   return gw;
 }
 
+Tensor ConvBiasGrad(const kc::Conv2dShape& s, const Tensor& gy) {
+  Tensor gb = Empty({s.out_channels}, gy.options());
+  TY_DISPATCH_FLOATING(gy.dtype(), "conv2d backward", [&] {
+    kc::Conv2dBackwardBias<scalar_t>(s, gy.data<scalar_t>(), gb.data<scalar_t>());
+  });
+  return gb;
+}
+
 // Saves what each gradient needs: the weight for gx, the input for gweight.
 void RecordConv(const kc::Conv2dShape& s, const Tensor& x, const Tensor& weight, const Tensor& bias,
                 const Tensor& xc, const Tensor& wc, const Tensor& out) {
@@ -102,9 +109,7 @@ void RecordConv(const kc::Conv2dShape& s, const Tensor& x, const Tensor& weight,
                        GradList r(3);
                        if (NeedsGrad(n, 0)) r[0] = ConvInputGrad(s, gy, n.saved(1), x_shape);
                        if (NeedsGrad(n, 1)) r[1] = ConvWeightGrad(s, gy, n.saved(0), w_shape);
-                       if (NeedsGrad(n, 2)) {
-                         r[2] = x_shape.size() == 4 ? Sum(gy, {0, 2, 3}) : Sum(gy, {1, 2});
-                       }
+                       if (NeedsGrad(n, 2)) r[2] = ConvBiasGrad(s, gy);
                        return r;
                      });
   node->Save(weight.requires_grad() ? xc : Tensor());

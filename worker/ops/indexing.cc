@@ -80,15 +80,47 @@ Tensor Stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return Cat(parts, dim);
 }
 
+namespace {
+
+// One node for all the pieces (PyTorch's SplitBackward0): backward writes each piece's
+// gradient into its slice of one gx (zeros where a piece got none), instead of one full-size
+// zero-padded gradient per piece that the engine would then add up.
+void RecordSplit(const Tensor& x, const std::vector<Tensor>& pieces, int64_t split_size,
+                 int64_t dim) {
+  auto node = Record(
+      "SplitBackward0", {&x},
+      [shape = x.shape(), split_size, dim](Node&, GradList&& g) {
+        const Tensor* any = nullptr;
+        for (const Tensor& t : g)
+          if (t.defined() && any == nullptr) any = &t;
+        if (any == nullptr) return GradList{Tensor()};
+        Tensor gx = Empty(shape, any->options());
+        for (size_t i = 0; i < g.size(); ++i) {
+          const int64_t start = static_cast<int64_t>(i) * split_size;
+          Tensor slice = views::Narrow(gx, dim, start, std::min(split_size, shape[dim] - start));
+          if (g[i].defined()) {
+            CopyInto(slice, g[i]);
+          } else {
+            FillInPlace(slice, 0);
+          }
+        }
+        return GradList{gx};
+      },
+      static_cast<uint32_t>(pieces.size()));
+  for (size_t i = 0; i < pieces.size(); ++i) SetHistory(pieces[i], node, static_cast<uint32_t>(i));
+}
+
+}  // namespace
+
 std::vector<Tensor> Split(const Tensor& x, int64_t split_size, int64_t dim) {
   TY_CHECK(split_size > 0) << "split: split_size " << split_size << " must be positive";
   dim = WrapDim(dim, x.dim(), "split");
-  std::vector<Tensor> out;
   const int64_t n = x.shape()[dim];
-  for (int64_t s = 0; s < n || (n == 0 && out.empty()); s += split_size) {
-    out.push_back(Narrow(x, dim, s, std::min(split_size, n - s)));
-    if (n == 0) break;
-  }
+  if (n <= split_size) return {Narrow(x, dim, 0, n)};
+  std::vector<Tensor> out;
+  for (int64_t s = 0; s < n; s += split_size)
+    out.push_back(views::Narrow(x, dim, s, std::min(split_size, n - s)));
+  if (ShouldRecord({&x})) RecordSplit(x, out, split_size, dim);
   return out;
 }
 

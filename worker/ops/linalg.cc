@@ -20,10 +20,13 @@ using autograd::ShouldRecord;
 
 namespace {
 
-// Below this many multiply-adds per matrix, a batch is spread over threads one product per
-// task (Gemm may be called concurrently; OpenBLAS runs products this small on one thread);
-// above it each product runs alone and parallelises inside Gemm.
-constexpr int64_t kSmallGemm = int64_t{1} << 16;
+// Whether a batch of products is spread over threads one product per task (Gemm may be called
+// concurrently) rather than run one by one, each split over threads inside Gemm: when Gemm
+// would not split them (kernels/cpu/gemm.h).
+template <typename T>
+bool SpreadBatch(int64_t count, int64_t m, int64_t n, int64_t k) {
+  return count > 1 && (sizeof(T) != sizeof(float) || m * n * k < 2 * kc::kGemmMinWorkPerPiece);
+}
 
 // How a rows x cols matrix with strides (sr, sc) is handed to Gemm: stored row-major
 // (trans = false) with row stride ld, or column-major (trans = true) with column stride ld.
@@ -91,10 +94,10 @@ void BatchedGemm(const Operand& a, const Operand& b, const Shape& batch, int64_t
     }
   };
   const int64_t count = batch.numel();
-  if (count == 1 || m * n * k >= kSmallGemm) {
-    run(0, count);
-  } else {
+  if (SpreadBatch<T>(count, m, n, k)) {
     kc::ParallelFor(count, kc::GrainFor(m * n * k), run);
+  } else {
+    run(0, count);
   }
 }
 

@@ -7,6 +7,8 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
+
 namespace trainyard::kernels::cpu {
 namespace {
 
@@ -76,6 +78,37 @@ TEST(GemmTest, BetaZeroIgnoresNanInTheOutput) {
   std::vector<double> c(4, std::nan(""));
   Gemm<double>(false, false, 2, 2, 2, 1.0, a.data(), 2, b.data(), 2, 0.0, c.data(), 2);
   EXPECT_EQ(c, (std::vector<double>{19, 22, 43, 50}));
+}
+
+TEST(GemmTest, LargeFloatProductsAreBitwiseIdenticalForAnyThreadCount) {
+  // Large enough to be split over threads (Note [Split GEMM]); odd sizes, both cut directions
+  // (m >= n cuts rows, m < n columns), every transpose, beta 0 and 1.
+  std::mt19937 rng(11);
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> sizes = {
+      {301, 97, 419}, {45, 1713, 257}, {2048, 256, 64}, {128, 1031, 784}};
+  for (auto [m, n, k] : sizes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "ta=" << ta << " tb=" << tb << " m=" << m << " n=" << n << " k=" << k);
+        const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+        auto a = RandomVector<float>(m * k, &rng);
+        auto b = RandomVector<float>(k * n, &rng);
+        auto c0 = RandomVector<float>(m * n, &rng);
+        auto run = [&](int threads, float beta) {
+          SetNumThreads(threads);
+          std::vector<float> c = c0;
+          Gemm<float>(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), n);
+          return c;
+        };
+        const int before = GetNumThreads();
+        for (float beta : {0.0f, 1.0f}) {
+          const std::vector<float> one = run(1, beta), two = run(2, beta), three = run(3, beta);
+          EXPECT_EQ(one, two) << "beta=" << beta;
+          EXPECT_EQ(one, three) << "beta=" << beta;
+        }
+        SetNumThreads(before);
+      }
 }
 
 }  // namespace

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "tests/testing/gradcheck.h"
+#include "worker/autograd/engine.h"
+#include "worker/ops/elementwise.h"
+#include "worker/ops/indexing.h"
 #include "worker/ops/views.h"
 
 namespace trainyard::ops {
@@ -105,6 +108,48 @@ TEST(AttentionGradTest, TransposedHeadsLayout) {
                                          Transpose(in[2], 1, 2), true);
       },
       {q, k, v});
+}
+
+// The fused kernel (no mask, or causal) against the composed reference, reached through an
+// equivalent bool mask: outputs and all three gradients, on sizes that span several row
+// blocks, more queries than keys and fewer, and strided per-head views.
+TEST(AttentionTest, FusedKernelMatchesTheComposedReference) {
+  struct Case {
+    int64_t l, s, e, ev;
+    bool causal;
+  };
+  Generator gen(5);
+  for (const Case& c : {Case{37, 41, 5, 7, true}, Case{70, 33, 3, 2, true}, Case{9, 75, 4, 4, true},
+                        Case{37, 41, 5, 7, false}, Case{1, 1, 1, 1, true}}) {
+    SCOPED_TRACE(::testing::Message() << "l=" << c.l << " s=" << c.s << " causal=" << c.causal);
+    // q, k, v as per-head views of one (B, T, 3, H, E) tensor, like GPT's c_attn output.
+    Tensor q = RandLeaf({2, c.l, 3, c.e}, &gen), k = RandLeaf({2, c.s, 3, c.e}, &gen);
+    Tensor v = RandLeaf({2, c.s, 3, c.ev}, &gen);
+    Tensor gout = Randn({2, 3, c.l, c.ev}, Options(DType::kFloat64), &gen);
+    auto run = [&](bool fused) {
+      Tensor qh = Transpose(q, 1, 2), kh = Transpose(k, 1, 2), vh = Transpose(v, 1, 2);
+      Tensor out;
+      if (fused) {
+        out = ScaledDotProductAttention(qh, kh, vh, c.causal, Tensor(), 0.37);
+      } else {
+        Tensor keep =
+            c.causal ? Le(Reshape(Arange(c.s), {1, c.s}), Reshape(Arange(c.l), {c.l, 1}))
+                     : Ge(Reshape(Arange(c.s), {1, c.s}), Zeros({1, 1}, Options(DType::kInt64)));
+        out = ScaledDotProductAttention(qh, kh, vh, false, keep, 0.37);
+      }
+      auto g = autograd::Grad({out}, {q, k, v}, {gout});
+      EXPECT_TRUE(g.ok());
+      std::vector<std::vector<double>> r = {ToVector<double>(out)};
+      for (const Tensor& t : *g) r.push_back(ToVector<double>(t));
+      return r;
+    };
+    const auto fused = run(true), ref = run(false);
+    for (size_t t = 0; t < fused.size(); ++t) {
+      ASSERT_EQ(fused[t].size(), ref[t].size());
+      for (size_t i = 0; i < fused[t].size(); ++i)
+        ASSERT_NEAR(fused[t][i], ref[t][i], 1e-12) << "tensor " << t << " element " << i;
+    }
+  }
 }
 
 TEST(AttentionDeathTest, CausalAndExplicitMaskTogetherAreAnError) {
