@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -58,9 +59,8 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 
 std::string Num(double v) {
   if (v == kInf) return "inf";
+  // The shortest text that reads back the same, so 0.1 prints as 0.1.
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  // Shortest text that reads back the same, so 0.1 prints as 0.1.
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
     if (std::strtod(buf, nullptr) == v) break;
