@@ -4,10 +4,8 @@
 #include <cmath>
 #include <deque>
 #include <filesystem>
-#include <limits>
 #include <numeric>
 
-#include "common/logging.h"
 #include "kernels/cpu/parallel.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/grad_mode.h"
