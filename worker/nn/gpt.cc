@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "worker/autograd/checkpoint.h"
 #include "worker/nn/activation.h"
 #include "worker/nn/init.h"
 #include "worker/nn/zoo_util.h"
@@ -138,7 +139,8 @@ Status Validate(const GptConfig& config) {
                                        "gpt.vocab_size, gpt.context, gpt.n_layer or gpt.n_embd");
 }
 
-Gpt::Gpt(const GptConfig& config, Generator* gen) : Module("GPT"), config_(config) {
+Gpt::Gpt(const GptConfig& config, Generator* gen)
+    : Module("GPT"), config_(config), gen_(gen != nullptr ? gen : &DefaultGenerator()) {
   const Status valid = Validate(config);
   TY_CHECK(valid.ok()) << valid.message();
   const GptConfig& c = config;
@@ -196,8 +198,17 @@ Tensor Gpt::Forward(const Tensor& idx) {
                                            << "; the context (block size) is " << config_.context;
   Tensor x = ops::Add(wte_->Forward(idx), wpe_->Forward(Arange(t)));  // (B, T, C)
   x = drop_->Forward(x);
-  for (size_t i = 0; i < h_->size(); ++i) x = h_->at(i)->Forward(x);
+  for (size_t i = 0; i < h_->size(); ++i) x = ForwardBlock(h_->at(i), x);
   return lm_head_->Forward(ln_f_->Forward(x));  // (B, T, vocab_size)
+}
+
+Tensor Gpt::ForwardBlock(const std::shared_ptr<Module>& block, const Tensor& x) {
+  if (!config_.activation_checkpointing || !is_training()) return block->Forward(x);
+  // Every dropout in a block draws from gen_, so replaying gen_ replays the masks. Checkpoint
+  // itself falls back to a plain call when grad mode is off.
+  autograd::CheckpointOptions options;
+  options.generators = {gen_};
+  return autograd::Checkpoint([block](const Tensor& in) { return block->Forward(in); }, x, options);
 }
 
 int64_t Gpt::NumNonEmbeddingParameters() const { return NumParameters() - wpe_->weight().numel(); }

@@ -75,6 +75,11 @@ struct GptConfig {
   int64_t n_embd = 768;        // at least 1
   double dropout = 0;          // embedding, attention and residual dropout; in [0, 1)
   bool bias = true;            // biases in the Linears and LayerNorms
+  // Note [Block checkpointing]: in training mode with grad mode on, each block's forward runs
+  // under autograd::Checkpoint: its activations are not kept but recomputed in backward
+  // (about one more forward of compute for a block's activations of memory). Loss, gradients
+  // and the generator's state after backward are those of a run without it.
+  bool activation_checkpointing = false;
 };
 
 // InvalidArgument naming the field ("gpt.n_head"), its value and the allowed range.
@@ -97,8 +102,11 @@ class Gpt : public Module {
 
  private:
   void InitWeights(Generator* gen);
+  // x: (B, T, C) -> (B, T, C), checkpointed per Note [Block checkpointing].
+  Tensor ForwardBlock(const std::shared_ptr<Module>& block, const Tensor& x);
 
   GptConfig config_;
+  Generator* gen_;  // dropout's generator, never null; not owned
   std::shared_ptr<Embedding> wte_, wpe_;
   std::shared_ptr<Dropout> drop_;
   std::shared_ptr<ModuleList> h_;
