@@ -15,7 +15,7 @@ DataLoader::DataLoader(std::shared_ptr<const BatchSource> dataset,
                        std::shared_ptr<const Sampler> sampler, DataLoaderOptions options)
     : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {
   TY_CHECK(dataset_ != nullptr && sampler_ != nullptr) << "data loader needs a dataset and sampler";
-  TY_CHECK_EQ(sampler_->size(), dataset_->size()) << "sampler and dataset sizes differ";
+  TY_CHECK_EQ(sampler_->dataset_size(), dataset_->size()) << "sampler and dataset sizes differ";
   TY_CHECK(options_.batch_size >= 1) << "batch size " << options_.batch_size << " must be >= 1";
   TY_CHECK(options_.num_workers >= 0) << "num_workers " << options_.num_workers << " < 0";
   TY_CHECK(options_.prefetch >= 1) << "prefetch " << options_.prefetch << " must be >= 1";

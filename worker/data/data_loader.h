@@ -35,7 +35,7 @@ struct DataLoaderOptions {
 
 class DataLoader {
  public:
-  // The sampler must be as large as the dataset. Starts epoch 0 at position 0.
+  // The sampler's dataset_size() must be the dataset's size. Starts epoch 0 at position 0.
   DataLoader(std::shared_ptr<const BatchSource> dataset, std::shared_ptr<const Sampler> sampler,
              DataLoaderOptions options);
   ~DataLoader();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "kernels/cpu/philox.h"
 
@@ -36,6 +37,50 @@ RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
 std::vector<int64_t> RandomSampler::EpochOrder(uint64_t epoch) const {
   TY_CHECK(epoch <= kMaxEpoch) << "epoch " << epoch << " is above the largest, " << kMaxEpoch;
   return RandomPermutation(n_, seed_, epoch);
+}
+
+StatusOr<std::unique_ptr<DistributedSampler>> DistributedSampler::Create(int64_t n, int rank,
+                                                                         int world_size,
+                                                                         bool shuffle,
+                                                                         uint64_t seed) {
+  if (world_size < 1) {
+    return InvalidArgumentError("distributed sampler: world_size is " + std::to_string(world_size) +
+                                "; it must be at least 1");
+  }
+  if (rank < 0 || rank >= world_size) {
+    return InvalidArgumentError("distributed sampler: rank " + std::to_string(rank) +
+                                " is outside [0, " + std::to_string(world_size) +
+                                "); ranks count from 0 to world_size - 1");
+  }
+  if (n < 1) {
+    return InvalidArgumentError("distributed sampler: the dataset has " + std::to_string(n) +
+                                " samples; it needs at least 1 to share among the ranks");
+  }
+  if (shuffle && n >= (int64_t{1} << 33)) {
+    return InvalidArgumentError("distributed sampler: " + std::to_string(n) +
+                                " samples are too many to shuffle; the limit is 2^33 - 1");
+  }
+  return std::unique_ptr<DistributedSampler>(
+      new DistributedSampler(n, rank, world_size, shuffle, seed));
+}
+
+std::vector<int64_t> DistributedSampler::EpochOrder(uint64_t epoch) const {
+  std::vector<int64_t> global;
+  if (shuffle_) {
+    TY_CHECK(epoch <= kMaxEpoch) << "epoch " << epoch << " is above the largest, " << kMaxEpoch;
+    global = RandomPermutation(n_, seed_, epoch);
+  } else {
+    global.resize(n_);
+    std::iota(global.begin(), global.end(), int64_t{0});
+  }
+  const int64_t total = size() * world_size_;
+  global.reserve(total);
+  // Padding from the start, cyclically: position i >= n holds position i - n (i mod n).
+  for (int64_t i = n_; i < total; ++i) global.push_back(global[i - n_]);
+  std::vector<int64_t> order;
+  order.reserve(size());
+  for (int64_t i = rank_; i < total; i += world_size_) order.push_back(global[i]);
+  return order;
 }
 
 std::vector<int64_t> RandomPermutation(int64_t n, uint64_t seed, uint64_t stream) {

@@ -4,23 +4,31 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
 
 namespace trainyard::data {
 
+// A sampler has size() positions per epoch, each holding a sample index in
+// [0, dataset_size()). Samplers over the whole dataset (Sequential, Random) have
+// dataset_size() == size() and visit every sample once; a DistributedSampler visits one
+// rank's share, so its size() is smaller than its dataset_size().
 class Sampler {
  public:
   virtual ~Sampler() = default;
-  // Number of samples per epoch.
+  // Number of positions (samples visited) per epoch.
   virtual int64_t size() const = 0;
+  // Number of samples in the dataset the indices point into.
+  virtual int64_t dataset_size() const { return size(); }
   // Entries [start, size()) of epoch `epoch`'s order; 0 <= start <= size(). Starting at the
   // position a run reached resumes it exactly.
   std::vector<int64_t> Indices(uint64_t epoch, int64_t start = 0) const;
 
  protected:
-  // The whole order of `epoch`: a permutation of [0, size()).
+  // The whole order of `epoch`: size() indices in [0, dataset_size()); for a sampler over
+  // the whole dataset, a permutation of [0, size()).
   virtual std::vector<int64_t> EpochOrder(uint64_t epoch) const = 0;
 };
 
@@ -49,6 +57,45 @@ class RandomSampler final : public Sampler {
 
  private:
   int64_t n_;
+  uint64_t seed_;
+};
+
+// One rank's share of each epoch, as torch.utils.data.DistributedSampler (drop_last=False).
+// The epoch's global order is RandomPermutation(n, seed, epoch) when shuffling (exactly
+// RandomSampler(n, seed)'s order), else 0, 1, ..., n - 1; it is padded to a multiple of
+// world_size by repeating it from its start, and rank r takes global positions r, r + W,
+// r + 2W, ... So every rank has size() = ceil(n / W) samples; the ranks' shares are disjoint
+// when W divides n, and the padding repeats at most W - 1 samples otherwise.
+//
+// Note [Strided shards]: with batch b per rank, step s of rank r holds global positions
+// r + kW for k in [s b, (s + 1) b), and the union over the ranks is global positions
+// [s W b, (s + 1) W b): exactly step s of one process with batch W b over RandomSampler (or
+// SequentialSampler). Resuming every rank at position p resumes that process at p W.
+class DistributedSampler final : public Sampler {
+ public:
+  // InvalidArgument unless n >= 1 (and n < 2^33 when shuffling, Note [Permutation stream]),
+  // world_size >= 1 and 0 <= rank < world_size.
+  static StatusOr<std::unique_ptr<DistributedSampler>> Create(int64_t n, int rank, int world_size,
+                                                              bool shuffle, uint64_t seed);
+
+  int64_t size() const override { return (n_ + world_size_ - 1) / world_size_; }
+  int64_t dataset_size() const override { return n_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  bool shuffle() const { return shuffle_; }
+  uint64_t seed() const { return seed_; }
+
+ protected:
+  std::vector<int64_t> EpochOrder(uint64_t epoch) const override;
+
+ private:
+  DistributedSampler(int64_t n, int rank, int world_size, bool shuffle, uint64_t seed)
+      : n_(n), rank_(rank), world_size_(world_size), shuffle_(shuffle), seed_(seed) {}
+
+  int64_t n_;
+  int rank_;
+  int world_size_;
+  bool shuffle_;
   uint64_t seed_;
 };
 
