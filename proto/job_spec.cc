@@ -11,13 +11,49 @@
 #include <initializer_list>
 #include <set>
 
+#include "proto/job_spec_internal.h"
+
 namespace trainyard::spec {
+
+namespace internal {
+
+std::string Num(double v) {
+  if (v == std::numeric_limits<double>::infinity()) return "inf";
+  char buf[32];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {  // 86400, not 8.64e+04
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+    return buf;
+  }
+  // The shortest text that reads back the same, so 0.1 prints as 0.1.
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string Quote(const std::string& s) { return Json(s).Dump(); }
+
+bool HasProblem(const Problems& problems, const std::string& path) {
+  return std::any_of(problems.begin(), problems.end(), [&](const std::string& p) {
+    return p.compare(0, path.size(), path) == 0 &&
+           (p.size() == path.size() || p[path.size()] == ' ' || p[path.size()] == '[' ||
+            p[path.size()] == '.' || p[path.size()] == ':');
+  });
+}
+
+}  // namespace internal
+
 namespace {
 
+using internal::Num;
+using internal::Problems;
+using internal::kMaxSteps;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int64_t kMaxSteps = 1'000'000'000'000;  // 10^12
 constexpr int64_t kMaxBatch = 1 << 20;
 constexpr int64_t kMaxWidth = 1 << 20;
+constexpr int kMaxWorldSize = 4096;
 
 // "batch_size" -> "batchSize": the proto JSON name of a field.
 std::string CamelCase(std::string_view name) {
@@ -56,20 +92,6 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   }
   return row[b.size()];
 }
-
-std::string Num(double v) {
-  if (v == kInf) return "inf";
-  // The shortest text that reads back the same, so 0.1 prints as 0.1.
-  char buf[32];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
-
-// The problems found so far, one line each.
-using Problems = std::vector<std::string>;
 
 // Reads the fields of one JSON object (absent: every field keeps its default) into a spec
 // struct, recording a problem for each bad value and, in Finish, for each unknown key.
@@ -122,6 +144,17 @@ class Reader {
                                        : "must be in [" + Num(lo) + ", " + Num(hi) +
                                              (hi_open ? ")" : "]");
       return Problem(name, *v, allowed);
+    }
+    *out = *d;
+  }
+  // Finite values in (lo, hi].
+  void DoubleAbove(const char* name, double* out, double lo, double hi) {
+    const Json* v = Take(name);
+    if (v == nullptr) return;
+    std::optional<double> d = ToDouble(*v);
+    if (!d) return Problem(name, *v, "expected a number");
+    if (!std::isfinite(*d) || !(*d > lo) || *d > hi) {
+      return Problem(name, *v, "must be in (" + Num(lo) + ", " + Num(hi) + "]");
     }
     *out = *d;
   }
@@ -313,6 +346,7 @@ class Writer {
     }
   }
   void Double(const char* name, double* v, double, double, bool = false) { object_->Set(name, *v); }
+  void DoubleAbove(const char* name, double* v, double, double) { object_->Set(name, *v); }
   void Bool(const char* name, bool* v) { object_->Set(name, *v); }
   void String(const char* name, std::string* v) { object_->Set(name, *v); }
   void Choice(const char* name, std::string* v, std::initializer_list<const char*>) {
@@ -451,6 +485,22 @@ void VisitSchedule(V& v, ScheduleSpec& s) {
 }
 
 template <typename V>
+void VisitParallelism(V& v, ParallelismSpec& s) {
+  v.Int("world_size", &s.world_size, 1, kMaxWorldSize);
+  v.Int("ranks_per_node", &s.ranks_per_node, 0, kMaxWorldSize);
+  v.Choice("backend", &s.backend, {"auto", "gloo", "nccl"});
+  v.DoubleAbove("bucket_size_mb", &s.bucket_size_mb, 0, 1024);
+  v.DoubleAbove("first_bucket_size_mb", &s.first_bucket_size_mb, 0, 1024);
+  v.Int("grad_accumulation_steps", &s.grad_accumulation_steps, 1, 1'000'000);
+  v.Int("zero_stage", &s.zero_stage, 0, 1);
+  v.Bool("activation_checkpointing", &s.activation_checkpointing);
+  v.DoubleAbove("collective_timeout_seconds", &s.collective_timeout_seconds, 0, 86400);
+  v.Bool("find_unused_parameters", &s.find_unused_parameters);
+  v.Choice("grad_compression", &s.grad_compression, {"none", "bf16", "fp16"});
+  v.Choice("all_reduce_algorithm", &s.all_reduce_algorithm, {"ring", "ring_chunked"});
+}
+
+template <typename V>
 void VisitJob(V& v, JobSpec& s) {
   v.String("name", &s.name);
   v.Message("model", true, [&](V& m) { VisitModel(m, s.model); });
@@ -477,132 +527,15 @@ void VisitJob(V& v, JobSpec& s) {
   });
   v.Double("grad_clip_norm", &s.grad_clip_norm, 0, kInf);
   v.Int("num_threads", &s.num_threads, 0, 1024);
-}
-
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 63 || !std::islower(static_cast<unsigned char>(name[0]))) {
-    return false;
-  }
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-  });
-}
-
-std::string Quote(const std::string& s) { return Json(s).Dump(); }
-
-// Whether a problem was already recorded for `path` or a field inside it.
-bool HasProblem(const Problems& problems, const std::string& path) {
-  return std::any_of(problems.begin(), problems.end(), [&](const std::string& p) {
-    return p.compare(0, path.size(), path) == 0 &&
-           (p.size() == path.size() || p[path.size()] == ' ' || p[path.size()] == '[' ||
-            p[path.size()] == '.' || p[path.size()] == ':');
-  });
-}
-
-// Rules that involve more than one field, or a field and the data it describes. A field that
-// already has a problem is not checked again.
-void CheckRelations(JobSpec& s, Problems* problems) {
-  auto add = [&](std::string line) { problems->push_back(std::move(line)); };
-  if (!ValidName(s.name)) {
-    add("name = " + Quote(s.name) +
-        ": must be 1 to 63 characters of a-z, 0-9 and '-', starting with a letter");
-  }
-  if (s.steps > 0 && s.epochs > 0) {
-    add("steps = " + std::to_string(s.steps) + " and epochs = " + std::to_string(s.epochs) +
-        ": set only one");
-  }
-  if (s.steps == 0 && s.epochs == 0) s.epochs = 1;
-
-  const ModelSpec& m = s.model;
-  if (m.arch == "mlp" && m.mlp.sizes.size() < 2 && !HasProblem(*problems, "model.mlp.sizes")) {
-    add("model.mlp.sizes = " + Json::Array(Json::Items(m.mlp.sizes.begin(), m.mlp.sizes.end())).Dump() +
-        ": needs at least 2 entries (input features, ..., classes)");
-  }
-  if (m.arch == "resnet" && m.resnet.blocks.size() != 4 &&
-      !HasProblem(*problems, "model.resnet.blocks")) {
-    add("model.resnet.blocks: needs exactly 4 entries, got " +
-        std::to_string(m.resnet.blocks.size()));
-  }
-  if (m.arch == "gpt" && m.gpt.n_embd % m.gpt.n_head != 0) {
-    add("model.gpt.n_head = " + std::to_string(m.gpt.n_head) + ": must divide model.gpt.n_embd = " +
-        std::to_string(m.gpt.n_embd));
-  }
-
-  // Which models each data source feeds.
-  const std::string& src = s.data.source;
-  if (!m.arch.empty() && !src.empty()) {
-    bool text = src == "text" || src == "tokens";
-    if (text != (m.arch == "gpt")) {
-      add("model." + m.arch + ": cannot train on data." + src + " (" +
-          (text ? "text data needs model.gpt" : "model.gpt needs data.text or data.tokens") + ")");
-    } else if (src == "csv" && m.arch != "mlp") {
-      add("model." + m.arch + ": cannot train on data.csv (tabular data needs model.mlp)");
-    } else if (src == "fashion_mnist") {
-      // 1x28x28 images, 10 classes.
-      if (m.arch == "mlp" && m.mlp.sizes.size() >= 2) {
-        if (m.mlp.sizes.front() != 784) {
-          add("model.mlp.sizes[0] = " + std::to_string(m.mlp.sizes.front()) +
-              ": must be 784 for data.fashion_mnist (28x28 images)");
-        }
-        if (m.mlp.sizes.back() != 10) {
-          add("model.mlp.sizes[" + std::to_string(m.mlp.sizes.size() - 1) + "] = " +
-              std::to_string(m.mlp.sizes.back()) + ": must be 10 for data.fashion_mnist (classes)");
-        }
-      }
-      auto need = [&](const char* field, int64_t value, int64_t want) {
-        if (value != want) {
-          add("model." + m.arch + "." + field + " = " + std::to_string(value) + ": must be " +
-              std::to_string(want) + " for data.fashion_mnist");
-        }
-      };
-      if (m.arch == "cnn") {
-        need("in_channels", m.cnn.in_channels, 1);
-        need("image_size", m.cnn.image_size, 28);
-        need("num_classes", m.cnn.num_classes, 10);
-      } else if (m.arch == "resnet") {
-        need("in_channels", m.resnet.in_channels, 1);
-        need("num_classes", m.resnet.num_classes, 10);
-      }
-    }
-  }
-  if (src == "text" && s.data.text.path.empty()) add("data.text.path: required");
-  if (src == "tokens" && s.data.tokens.path.empty()) add("data.tokens.path: required");
-  if (src == "csv" && s.data.csv.path.empty()) add("data.csv.path: required");
-  if (src == "fashion_mnist" && s.data.fashion_mnist.dir.empty()) {
-    add("data.fashion_mnist.dir = \"\": must name a folder");
-  }
-
-  const SgdSpec& sgd = s.optimizer.sgd;
-  if (s.optimizer.kind == "sgd" && sgd.nesterov && (sgd.momentum <= 0 || sgd.dampening != 0)) {
-    add("optimizer.sgd.nesterov = true: needs momentum > 0 and dampening = 0 (momentum = " +
-        Num(sgd.momentum) + ", dampening = " + Num(sgd.dampening) + ")");
-  }
-  if (s.schedule.kind == "step" && s.schedule.step.step_size == 0) {
-    add("schedule.step.step_size: required, in [1, " + std::to_string(kMaxSteps) + "]");
-  }
-  if (s.schedule.kind == "cosine" && !s.optimizer.kind.empty()) {
-    const CosineScheduleSpec& c = s.schedule.cosine;
-    double lr = s.optimizer.lr();
-    if (c.min_lr > lr) {
-      add("schedule.cosine.min_lr = " + Num(c.min_lr) + ": must be in [0, optimizer." +
-          s.optimizer.kind + ".lr = " + Num(lr) + "]");
-    }
-    if (c.total_steps > 0 && c.total_steps <= c.warmup_steps) {
-      add("schedule.cosine.total_steps = " + std::to_string(c.total_steps) +
-          ": must be greater than warmup_steps = " + std::to_string(c.warmup_steps));
-    }
-    if (c.total_steps == 0 && s.steps > 0 && s.steps <= c.warmup_steps) {
-      add("schedule.cosine.warmup_steps = " + std::to_string(c.warmup_steps) +
-          ": must be less than steps = " + std::to_string(s.steps));
-    }
-  }
-  if (s.checkpoint.every_steps > 0 && s.checkpoint.dir.empty()) {
-    add("checkpoint.every_steps = " + std::to_string(s.checkpoint.every_steps) +
-        ": needs checkpoint.dir");
-  }
+  v.Message("parallelism", true, [&](V& m) { VisitParallelism(m, s.parallelism); });
 }
 
 }  // namespace
+
+std::string ResolvedBackend(const JobSpec& spec) {
+  if (spec.parallelism.backend != "auto") return spec.parallelism.backend;
+  return spec.device == "cuda" ? "nccl" : "gloo";
+}
 
 double OptimizerSpec::lr() const {
   if (kind == "sgd") return sgd.lr;
@@ -626,7 +559,7 @@ StatusOr<JobSpec> ParseJobSpec(const Json& json) {
       problems.push_back(std::string(required) + ": required");
     }
   }
-  CheckRelations(spec, &problems);
+  internal::CheckRelations(spec, &problems);
   if (!problems.empty()) {
     std::string text = "invalid job spec (" + std::to_string(problems.size()) +
                        (problems.size() == 1 ? " problem):" : " problems):");

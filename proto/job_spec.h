@@ -1,7 +1,7 @@
 // JobSpec: the C++ form of trainyard.v1.JobSpec (proto/trainyard/v1/job.proto), read from the
 // proto's JSON mapping without protobuf, so the engine and the trainer build with a C++
-// compiler alone (docs/design/005-job-spec.md). Defaults and ranges are those the .proto
-// documents; tests/proto/job_spec_test.cc checks that both name the same fields.
+// compiler alone (docs/design/005-job-spec-and-trainer.md). Defaults and ranges are those the
+// .proto documents; tests/proto/job_spec_test.cc checks that both name the same fields.
 //
 //   ASSIGN_OR_RETURN(Json json, Json::Parse(text));        // or YAML turned into Json
 //   ASSIGN_OR_RETURN(spec::JobSpec spec, spec::ParseJobSpec(json));
@@ -157,12 +157,30 @@ struct CheckpointSpec {
   std::string init_from;
 };
 
+// Data parallelism across processes (ranks); see ParallelismSpec in job.proto.
+struct ParallelismSpec {
+  int world_size = 1;                      // ranks in all, 1..4096
+  int ranks_per_node = 0;                  // 0: all ranks on one node; else must divide world_size
+  std::string backend = "auto";            // auto (nccl when device is cuda, else gloo), gloo, nccl
+  double bucket_size_mb = 25;              // gradient bucket size, MiB, (0, 1024]
+  double first_bucket_size_mb = 1;         // the first (last-layer) bucket, MiB, (0, bucket_size_mb]
+  int64_t grad_accumulation_steps = 1;     // micro-batches per optimizer step, >= 1
+  int zero_stage = 0;                      // 0 (plain data parallel) or 1 (optimizer state sharded)
+  bool activation_checkpointing = false;   // recompute each GPT block in backward; model must be gpt
+  double collective_timeout_seconds = 600; // bound on every collective and on rendezvous, (0, 86400]
+  bool find_unused_parameters = false;     // allow parameters that get no gradient in a step
+  std::string grad_compression = "none";   // none, bf16, fp16: dtype of the gradient all-reduce
+  std::string all_reduce_algorithm = "ring"; // ring, ring_chunked (gloo)
+};
+
 struct JobSpec {
   std::string name = "job";
   ModelSpec model;
   DataSpec data;
   OptimizerSpec optimizer;
   ScheduleSpec schedule;
+  // Samples per rank per micro-batch. One optimizer step takes the global batch of
+  // batch_size x parallelism.grad_accumulation_steps x parallelism.world_size samples.
   int64_t batch_size = 32;
   int64_t steps = 0;   // set at most one of steps and epochs;
   int64_t epochs = 0;  // ParseJobSpec makes epochs 1 when neither is set
@@ -172,8 +190,12 @@ struct JobSpec {
   uint64_t seed = 0;
   CheckpointSpec checkpoint;
   double grad_clip_norm = 0;
-  int num_threads = 0;
+  int num_threads = 0;  // per rank
+  ParallelismSpec parallelism;
 };
+
+// parallelism.backend with "auto" resolved: "nccl" when device is "cuda", else "gloo".
+std::string ResolvedBackend(const JobSpec& spec);
 
 // Reads and validates a spec from the proto JSON mapping. InvalidArgument lists every problem,
 // one per line, each naming the field path, the value and what is allowed, e.g.

@@ -74,6 +74,21 @@ TEST(JobSpecTest, MinimalSpecGetsTheDocumentedDefaults) {
   EXPECT_TRUE(spec->checkpoint.resume);
   EXPECT_DOUBLE_EQ(spec->optimizer.adamw.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(spec->optimizer.adam.weight_decay, 0);
+
+  const ParallelismSpec& p = spec->parallelism;
+  EXPECT_EQ(p.world_size, 1);
+  EXPECT_EQ(p.ranks_per_node, 0);
+  EXPECT_EQ(p.backend, "auto");
+  EXPECT_EQ(ResolvedBackend(*spec), "gloo");  // auto on cpu
+  EXPECT_DOUBLE_EQ(p.bucket_size_mb, 25);
+  EXPECT_DOUBLE_EQ(p.first_bucket_size_mb, 1);
+  EXPECT_EQ(p.grad_accumulation_steps, 1);
+  EXPECT_EQ(p.zero_stage, 0);
+  EXPECT_FALSE(p.activation_checkpointing);
+  EXPECT_DOUBLE_EQ(p.collective_timeout_seconds, 600);
+  EXPECT_FALSE(p.find_unused_parameters);
+  EXPECT_EQ(p.grad_compression, "none");
+  EXPECT_EQ(p.all_reduce_algorithm, "ring");
 }
 
 TEST(JobSpecTest, ReadsEveryKindOfField) {
@@ -250,6 +265,142 @@ TEST(JobSpecTest, ToJsonWritesEveryFieldAndReadsBack) {
   EXPECT_DOUBLE_EQ(back->schedule.step.gamma, 0.1);
 }
 
+// --- parallelism ------------------------------------------------------------------------------
+
+TEST(JobSpecTest, ReadsEveryParallelismField) {
+  Json json = ParseOrDie(R"({
+    "model": {"gpt": {"context": 16, "n_layer": 1, "n_head": 1, "n_embd": 8}},
+    "data": {"text": {"path": "kjv.txt"}},
+    "optimizer": {"adamw": {}},
+    "parallelism": {"world_size": 8, "ranks_per_node": 4, "backend": "gloo",
+                    "bucket_size_mb": 50, "firstBucketSizeMb": 0.5,
+                    "grad_accumulation_steps": "4", "zero_stage": 1,
+                    "activation_checkpointing": true, "collective_timeout_seconds": 30,
+                    "find_unused_parameters": true, "grad_compression": "bf16",
+                    "all_reduce_algorithm": "ring_chunked"}
+  })");
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  ASSERT_TRUE(spec.ok()) << spec.status();  // compression with ZeRO-1 is allowed
+  const ParallelismSpec& p = spec->parallelism;
+  EXPECT_EQ(p.world_size, 8);
+  EXPECT_EQ(p.ranks_per_node, 4);
+  EXPECT_EQ(p.backend, "gloo");
+  EXPECT_DOUBLE_EQ(p.bucket_size_mb, 50);
+  EXPECT_DOUBLE_EQ(p.first_bucket_size_mb, 0.5);
+  EXPECT_EQ(p.grad_accumulation_steps, 4);
+  EXPECT_EQ(p.zero_stage, 1);
+  EXPECT_TRUE(p.activation_checkpointing);
+  EXPECT_DOUBLE_EQ(p.collective_timeout_seconds, 30);
+  EXPECT_TRUE(p.find_unused_parameters);
+  EXPECT_EQ(p.grad_compression, "bf16");
+  EXPECT_EQ(p.all_reduce_algorithm, "ring_chunked");
+
+  Json out = ToJson(*spec);
+  ASSERT_NE(out.Find("parallelism"), nullptr);
+  EXPECT_EQ(*out.Find("parallelism")->Find("first_bucket_size_mb"), Json(0.5));
+  EXPECT_EQ(*out.Find("parallelism")->Find("grad_accumulation_steps"), Json(4));
+  StatusOr<JobSpec> back = ParseJobSpec(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ToJson(*back), out);
+  EXPECT_EQ(back->parallelism.world_size, 8);
+  EXPECT_EQ(back->parallelism.all_reduce_algorithm, "ring_chunked");
+}
+
+TEST(JobSpecTest, ParallelismFieldsOutsideTheirRangesNameTheRange) {
+  Json json = Minimal();
+  SetPath(&json, "parallelism.world_size", 0);
+  SetPath(&json, "parallelism.ranks_per_node", -1);
+  SetPath(&json, "parallelism.backend", "mpi");
+  SetPath(&json, "parallelism.bucket_size_mb", 0);
+  SetPath(&json, "parallelism.first_bucket_size_mb", 2000);
+  SetPath(&json, "parallelism.grad_accumulation_steps", 0);
+  SetPath(&json, "parallelism.zero_stage", 2);
+  SetPath(&json, "parallelism.activation_checkpointing", "yes");
+  SetPath(&json, "parallelism.collective_timeout_seconds", -5);
+  SetPath(&json, "parallelism.find_unused_parameters", 1);
+  SetPath(&json, "parallelism.grad_compression", "int8");
+  SetPath(&json, "parallelism.all_reduce_algorithm", "tree");
+  std::string text = ProblemsOf(json);
+  EXPECT_THAT(text, HasSubstr("invalid job spec (12 problems):"));
+  EXPECT_THAT(text, HasSubstr("parallelism.world_size = 0: must be in [1, 4096]"));
+  EXPECT_THAT(text, HasSubstr("parallelism.ranks_per_node = -1: must be in [0, 4096]"));
+  EXPECT_THAT(text, HasSubstr("parallelism.backend = \"mpi\": allowed: one of \"auto\", "
+                              "\"gloo\", \"nccl\""));
+  EXPECT_THAT(text, HasSubstr("parallelism.bucket_size_mb = 0: must be in (0, 1024]"));
+  EXPECT_THAT(text, HasSubstr("parallelism.first_bucket_size_mb = 2000: must be in (0, 1024]"));
+  EXPECT_THAT(text, HasSubstr("parallelism.grad_accumulation_steps = 0: must be in [1, 1000000]"));
+  EXPECT_THAT(text, HasSubstr("parallelism.zero_stage = 2: must be in [0, 1]"));
+  EXPECT_THAT(text,
+              HasSubstr("parallelism.activation_checkpointing = \"yes\": expected true or false"));
+  EXPECT_THAT(text,
+              HasSubstr("parallelism.collective_timeout_seconds = -5: must be in (0, 86400]"));
+  EXPECT_THAT(text, HasSubstr("parallelism.find_unused_parameters = 1: expected true or false"));
+  EXPECT_THAT(text, HasSubstr("parallelism.grad_compression = \"int8\": allowed: one of \"none\", "
+                              "\"bf16\", \"fp16\""));
+  EXPECT_THAT(text, HasSubstr("parallelism.all_reduce_algorithm = \"tree\": allowed: one of "
+                              "\"ring\", \"ring_chunked\""));
+
+  SetPath(&json, "parallelism.collective_timeout_seconds", "NaN");
+  EXPECT_THAT(ProblemsOf(json),
+              HasSubstr("parallelism.collective_timeout_seconds = \"NaN\": must be in (0, 86400]"));
+}
+
+TEST(JobSpecTest, ChecksRelationsOfParallelismFields) {
+  Json json = Minimal();
+  SetPath(&json, "parallelism.world_size", 6);
+  SetPath(&json, "parallelism.ranks_per_node", 4);
+  SetPath(&json, "parallelism.bucket_size_mb", 2);
+  SetPath(&json, "parallelism.first_bucket_size_mb", 3);
+  SetPath(&json, "parallelism.activation_checkpointing", true);
+  SetPath(&json, "parallelism.backend", "nccl");
+  SetPath(&json, "parallelism.all_reduce_algorithm", "ring_chunked");
+  std::string text = ProblemsOf(json);
+  EXPECT_THAT(text, HasSubstr("invalid job spec (5 problems):"));
+  EXPECT_THAT(text, HasSubstr("parallelism.ranks_per_node = 4: must divide "
+                              "parallelism.world_size = 6 (or be 0: all ranks on one node)"));
+  EXPECT_THAT(text, HasSubstr("parallelism.first_bucket_size_mb = 3: must be in "
+                              "(0, parallelism.bucket_size_mb = 2]"));
+  EXPECT_THAT(text, HasSubstr("parallelism.activation_checkpointing = true: needs model.gpt "
+                              "(model is mlp)"));
+  EXPECT_THAT(text, HasSubstr("parallelism.backend = \"nccl\": needs device \"cuda\" "
+                              "(device = \"cpu\"); use \"gloo\" or \"auto\""));
+  EXPECT_THAT(text, HasSubstr("parallelism.all_reduce_algorithm = \"ring_chunked\": needs the "
+                              "gloo backend (parallelism.backend = \"nccl\""));
+
+  // A field with its own problem is not related to others.
+  SetPath(&json, "parallelism.world_size", 5000);
+  SetPath(&json, "parallelism.backend", "gloo");
+  SetPath(&json, "parallelism.activation_checkpointing", false);
+  SetPath(&json, "parallelism.first_bucket_size_mb", 1);
+  text = ProblemsOf(json);
+  EXPECT_THAT(text, HasSubstr("invalid job spec (1 problem):"));
+  EXPECT_THAT(text, HasSubstr("parallelism.world_size = 5000: must be in [1, 4096]"));
+
+  // Dividing and equal values are fine, as is a first bucket as large as the others.
+  SetPath(&json, "parallelism.world_size", 8);
+  SetPath(&json, "parallelism.first_bucket_size_mb", 2);
+  StatusOr<JobSpec> spec = ParseJobSpec(json);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(ResolvedBackend(*spec), "gloo");
+}
+
+TEST(JobSpecTest, ParallelismAppearsInToJsonWithItsDefaults) {
+  StatusOr<JobSpec> spec = ParseJobSpec(Minimal());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  Json out = ToJson(*spec);
+  const Json* p = out.Find("parallelism");
+  ASSERT_NE(p, nullptr) << out.Dump();
+  EXPECT_EQ(*p->Find("world_size"), Json(1));
+  EXPECT_EQ(*p->Find("backend"), Json("auto"));
+  EXPECT_EQ(*p->Find("bucket_size_mb"), Json(25.0));
+  EXPECT_EQ(*p->Find("collective_timeout_seconds"), Json(600.0));
+  EXPECT_EQ(*p->Find("grad_compression"), Json("none"));
+  EXPECT_EQ(p->size(), 12u);
+  StatusOr<JobSpec> back = ParseJobSpec(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ToJson(*back), out);
+}
+
 // --- job.proto and the C++ reader name the same fields ---------------------------------------
 
 struct ProtoField {
@@ -323,7 +474,7 @@ TEST(JobSpecTest, ReaderAndProtoNameTheSameFields) {
   ASSERT_GE(proto.size(), 20u);
   int checked = 0;
   ExpectSameFields(proto, "JobSpec", "", &checked);
-  EXPECT_GE(checked, 21);  // every message path reachable from JobSpec
+  EXPECT_GE(checked, 22);  // every message path reachable from JobSpec
 }
 
 }  // namespace
