@@ -3,6 +3,7 @@
 // view into a bucket owned by data-parallel code), then runs post-accumulate-grad hooks.
 #pragma once
 
+#include <limits>
 #include <mutex>
 
 #include "worker/autograd/node.h"
@@ -11,7 +12,12 @@ namespace trainyard::autograd {
 
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(1), leaf_(std::move(leaf)) {}
+  // Runs as soon as it is ready (the highest sequence number), as in PyTorch: a leaf's gradient
+  // lands in .grad, and post-accumulate hooks (the data-parallel reducer) fire, while the rest
+  // of backward still runs. Created once per leaf, its own number would be old and put it last.
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(1), leaf_(std::move(leaf)) {
+    set_sequence_nr(std::numeric_limits<uint64_t>::max());
+  }
   const char* name() const override { return "AccumulateGrad"; }
   GradList Apply(GradList&& grads) override;
   bool is_accumulate_grad() const override { return true; }

@@ -62,6 +62,7 @@ class Node : public std::enable_shared_from_this<Node> {
   void add_edge(Edge e) { edges_.push_back(std::move(e)); }
   uint32_t num_outputs() const { return num_outputs_; }
   void set_num_outputs(uint32_t n) { num_outputs_ = n; }
+  // Ready nodes run highest first: the most recently created (PyTorch's order).
   uint64_t sequence_nr() const { return sequence_nr_; }
 
   // Saves a tensor for backward; returns its index for saved(i).
@@ -83,6 +84,9 @@ class Node : public std::enable_shared_from_this<Node> {
   // Runs pre-hooks and retain_grad for the gradients about to enter Apply. A hook returning a
   // gradient of the wrong shape or dtype is reported through SetBackwardError.
   void RunPreHooks(GradList& grads);
+
+ protected:
+  void set_sequence_nr(uint64_t n) { sequence_nr_ = n; }
 
  private:
   SmallVector<Edge, 2> edges_;
