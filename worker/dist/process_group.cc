@@ -1,0 +1,97 @@
+#include "worker/dist/process_group.h"
+
+#include "worker/dist/nccl_loader.h"
+
+#ifdef TY_HAVE_GLOO
+#include "worker/dist/gloo_process_group.h"
+#endif
+
+namespace trainyard::dist {
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kMax:
+      return "max";
+  }
+  return "unknown";
+}
+
+Status Work::Wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [this] { return done_; })) {
+    return DeadlineExceededError(name_ + ": not completed after " + FormatDuration(timeout) +
+                                 " of waiting");
+  }
+  return status_;
+}
+
+bool Work::IsCompleted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+Work::TimePoint Work::start_time() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return start_;
+}
+
+Work::TimePoint Work::end_time() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return end_;
+}
+
+void Work::MarkStarted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  start_ = std::chrono::steady_clock::now();
+}
+
+void Work::Finish(Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TY_CHECK(!done_) << name_ << " finished twice";
+    end_ = std::chrono::steady_clock::now();
+    if (start_ == TimePoint{}) start_ = end_;  // never ran (cancelled, aborted, invalid)
+    status_ = std::move(status);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const std::string& backend,
+                                                           std::shared_ptr<Store> store, int rank,
+                                                           int size, ProcessGroupOptions options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return InvalidArgumentError("process group: rank " + std::to_string(rank) + " of size " +
+                                std::to_string(size) +
+                                " is out of range; size must be at least 1 and 0 <= rank < size");
+  }
+  if (store == nullptr) return InvalidArgumentError("process group: the store is null");
+  if (options.timeout.count() <= 0) {
+    return InvalidArgumentError("process group: timeout is " + FormatDuration(options.timeout) +
+                                "; it must be positive");
+  }
+  if (backend == "gloo") {
+#ifdef TY_HAVE_GLOO
+    ASSIGN_OR_RETURN(auto group, GlooProcessGroup::Create(std::move(store), rank, size, options));
+    return std::unique_ptr<ProcessGroup>(std::move(group));
+#else
+    return UnimplementedError(
+        "process group backend \"gloo\" is not available: this build has no Gloo (install "
+        "libgloo-dev and reconfigure)");
+#endif
+  }
+  if (backend == "nccl") return LoadNcclProcessGroup(std::move(store), rank, size, options);
+  return InvalidArgumentError("process group backend \"" + backend +
+                              "\" is unknown; it must be \"gloo\" or \"nccl\"");
+}
+
+Status WaitFor(const ProcessGroup& group, Work& work) {
+  const auto timeout = group.timeout();
+  return work.Wait(timeout + timeout / 4 + std::chrono::seconds(1));
+}
+
+}  // namespace trainyard::dist

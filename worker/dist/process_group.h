@@ -1,0 +1,127 @@
+// ProcessGroup: the collectives N ranks use to train as one (DESIGN.md section 4).
+//
+// Every collective is asynchronous: it is queued at once and returns a Work handle; the group
+// runs its collectives one at a time, in the order they were issued, on its own thread, so
+// every rank must issue the same collectives in the same order (as with torch.distributed).
+// Tensors are contiguous CPU tensors (CUDA tensors for NCCL) and must stay alive and untouched
+// until the Work completes.
+//
+// Nothing waits forever: each collective is bounded by the group's timeout. A collective that
+// times out returns DeadlineExceeded, and one whose peer vanished returns Unavailable; both
+// name the collective, its sequence number and the peer when known, e.g.
+//   "all_reduce #12 (262144 float32): timed out after 5s waiting for rank 2"
+// After such a failure the group is broken: every later collective fails at once with the
+// first error (Aborted), because the ranks no longer agree on where they are.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "worker/dist/store.h"
+#include "worker/tensor/tensor.h"
+
+namespace trainyard::dist {
+
+enum class ReduceOp { kSum, kAverage, kMax };
+const char* ReduceOpName(ReduceOp op);
+
+// The handle of one queued collective.
+class Work {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  explicit Work(std::string name) : name_(std::move(name)) {}
+  // "all_reduce #12 (262144 float32)".
+  const std::string& name() const { return name_; }
+
+  // Blocks until the collective completes and returns its status, or returns DeadlineExceeded
+  // naming it after `timeout` (the collective itself keeps running to its own deadline).
+  Status Wait(std::chrono::milliseconds timeout);
+  bool IsCompleted() const;
+
+  // When the group's thread began and finished running it (steady clock); valid once
+  // completed. Reducer uses them to show that communication overlapped backward.
+  TimePoint start_time() const;
+  TimePoint end_time() const;
+  // Bytes each rank contributed (the tensor's size), for bandwidth figures.
+  int64_t bytes() const { return bytes_; }
+
+  // For backends.
+  void set_bytes(int64_t bytes) { bytes_ = bytes; }
+  void MarkStarted();
+  void Finish(Status status);
+
+ private:
+  std::string name_;
+  int64_t bytes_ = 0;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+  TimePoint start_{}, end_{};
+};
+
+struct ProcessGroupOptions {
+  // Bound on every collective and on connecting at start-up.
+  std::chrono::milliseconds timeout = std::chrono::minutes(10);
+  // Gloo: "ring" (default) or "ring_chunked" all-reduce.
+  std::string algorithm = "ring";
+  // Gloo: "tcp", "ibverbs" or "auto" (ibverbs when a device exists, else tcp).
+  std::string transport = "auto";
+  // The address this rank listens on (Gloo TCP); empty picks the host name's address, or
+  // loopback for a group whose store is on loopback.
+  std::string hostname;
+  // NCCL: NCCL_ALGO (e.g. "Ring") and NCCL_IB_HCA / NCCL_IB_DISABLE-style settings, applied
+  // before the communicator is created; empty keeps NCCL's defaults.
+  std::string nccl_algo;
+  std::string nccl_ib_hca;
+  bool nccl_ib_disable = false;
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual const char* backend() const = 0;  // "gloo", "nccl"
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  // In place: every rank's `t` becomes the element-wise reduction over ranks. float32,
+  // float64, bfloat16, float16 (summed in float32 then rounded), int64.
+  virtual std::shared_ptr<Work> AllReduce(Tensor t, ReduceOp op = ReduceOp::kSum) = 0;
+  // Every rank's `t` becomes root's.
+  virtual std::shared_ptr<Work> Broadcast(Tensor t, int root = 0) = 0;
+  // `out` (size() * in.numel() elements, same dtype) becomes every rank's `in`, in rank order.
+  virtual std::shared_ptr<Work> AllGather(Tensor out, Tensor in) = 0;
+  // `in` holds size() equal chunks; rank r's `out` becomes the reduction of every rank's chunk r.
+  virtual std::shared_ptr<Work> ReduceScatter(Tensor out, Tensor in,
+                                              ReduceOp op = ReduceOp::kSum) = 0;
+  virtual std::shared_ptr<Work> Barrier() = 0;
+
+ private:
+  int rank_;
+  int size_;
+};
+
+// Creates the group for `backend` ("gloo", "nccl") over `store`, connecting to every other rank
+// (bounded by options.timeout: a rank that never joins gives DeadlineExceeded naming it).
+// Unimplemented naming the backend when this build lacks it.
+StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const std::string& backend,
+                                                           std::shared_ptr<Store> store, int rank,
+                                                           int size,
+                                                           ProcessGroupOptions options = {});
+
+// Waits for `work` with the group's timeout plus a margin (the collective itself is bounded by
+// that timeout, so this only fires if the backend misbehaves).
+Status WaitFor(const ProcessGroup& group, Work& work);
+
+}  // namespace trainyard::dist

@@ -1,0 +1,352 @@
+#include "worker/dist/reducer.h"
+
+#include <mutex>
+#include <sstream>
+
+#include "common/check.h"
+#include "worker/autograd/grad_mode.h"
+#include "worker/autograd/hooks.h"
+#include "worker/ops/elementwise.h"
+#include "worker/tensor/factories.h"
+
+namespace trainyard::dist {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A contiguous view of `numel` elements of 1-D `buffer` from `offset`, shaped `shape`.
+Tensor ViewOf(const Tensor& buffer, int64_t offset, const Shape& shape) {
+  return MakeView(buffer, shape, ContiguousStrides(shape), buffer.offset() + offset);
+}
+
+Status CheckParam(const NamedTensor& p) {
+  const Tensor& t = p.second;
+  if (!t.defined()) return InvalidArgumentError("reducer: parameter " + p.first + " is undefined");
+  if (!t.is_leaf() || !t.requires_grad()) {
+    return InvalidArgumentError("reducer: parameter " + p.first +
+                                " must be a leaf that requires grad");
+  }
+  if (!t.is_contiguous() || !t.device().is_cpu() || !IsFloating(t.dtype())) {
+    return InvalidArgumentError("reducer: parameter " + p.first +
+                                " must be a contiguous floating-point CPU tensor");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> PlanBuckets(const std::vector<NamedTensor>& params,
+                                             int64_t first_bucket_bytes, int64_t bucket_bytes) {
+  std::vector<std::vector<size_t>> plan;
+  int64_t filled = 0;  // bytes in plan.back()
+  for (size_t k = params.size(); k-- > 0;) {
+    const Tensor& t = params[k].second;
+    const int64_t bytes = t.numel() * static_cast<int64_t>(ElementSize(t.dtype()));
+    const int64_t cap = plan.size() == 1 ? first_bucket_bytes : bucket_bytes;
+    if (plan.empty() || params[plan.back().front()].second.dtype() != t.dtype() ||
+        filled + bytes > cap) {
+      plan.emplace_back();
+      filled = 0;
+    }
+    plan.back().push_back(k);
+    filled += bytes;
+  }
+  return plan;
+}
+
+class Reducer::State {
+ public:
+  State(std::vector<NamedTensor> params, std::shared_ptr<ProcessGroup> group,
+        ReducerOptions options)
+      : params_(std::move(params)), group_(std::move(group)), options_(options) {}
+
+  Status Init();
+  void Prepare();
+  Status Finish();
+  void OnGradReady(size_t param);
+  std::shared_ptr<Work> WorkOf(size_t bucket) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return works_.at(bucket);
+  }
+
+  std::vector<NamedTensor> params_;
+  std::shared_ptr<ProcessGroup> group_;
+  ReducerOptions options_;
+  std::vector<Bucket> buckets_;
+  ReducerStats stats_;
+  bool sync_ = true;
+
+ private:
+  struct ParamSlot {
+    size_t bucket = 0;
+    int64_t offset = 0;
+    Tensor view;  // .grad when synchronising
+  };
+  void InstallView(size_t param);
+  void MarkReady(size_t param);
+  void LaunchReadyBuckets();
+  void Launch(size_t bucket);
+  // Which parameters some rank used (an all-reduce of this rank's `used_here`).
+  Status ReduceUsedBitmap(const std::vector<char>& used_here, std::vector<char>* used_anywhere);
+
+  mutable std::mutex mu_;
+  std::vector<ParamSlot> slots_;
+  std::vector<char> ready_;       // per parameter, this backward
+  std::vector<int> pending_;      // per bucket: parameters not yet ready
+  std::vector<Tensor> comm_;      // per bucket: what travels (the buffer or a compressed copy)
+  std::vector<Tensor> comm_out_;  // shard_gradients: the reduce-scatter output (shard or a copy)
+  std::vector<std::shared_ptr<Work>> works_;
+  size_t next_bucket_ = 0;  // buckets launch strictly in order
+  bool in_backward_ = false;
+  bool finishing_ = false;
+  Status hook_error_;
+};
+
+Status Reducer::State::Init() {
+  for (const NamedTensor& p : params_) RETURN_IF_ERROR(CheckParam(p));
+  const int world = group_->size();
+  slots_.resize(params_.size());
+  for (const std::vector<size_t>& members :
+       PlanBuckets(params_, options_.first_bucket_bytes, options_.bucket_bytes)) {
+    Bucket b;
+    b.params = members;
+    for (size_t k : members) {
+      b.offsets.push_back(b.numel);
+      slots_[k] = ParamSlot{buckets_.size(), b.numel, Tensor()};
+      b.numel += params_[k].second.numel();
+    }
+    const int64_t padded = (b.numel + world - 1) / world * world;
+    b.buffer = Zeros(Shape{padded}, Options(params_[members.front()].second.dtype()));
+    if (options_.shard_gradients) {
+      const int64_t chunk = padded / world;
+      b.shard = Zeros(Shape{chunk}, b.buffer.options());
+    }
+    for (size_t i = 0; i < members.size(); ++i) {
+      const Tensor& p = params_[members[i]].second;
+      slots_[members[i]].view = ViewOf(b.buffer, b.offsets[i], p.shape());
+    }
+    buckets_.push_back(std::move(b));
+  }
+  ready_.assign(params_.size(), 0);
+  pending_.assign(buckets_.size(), 0);
+  comm_.resize(buckets_.size());
+  comm_out_.resize(buckets_.size());
+  works_.resize(buckets_.size());
+  return OkStatus();
+}
+
+// Points .grad at the bucket view, keeping whatever gradient the parameter already has.
+void Reducer::State::InstallView(size_t k) {
+  const Tensor& p = params_[k].second;
+  const Tensor& view = slots_[k].view;
+  Tensor g = p.grad();
+  if (g.defined() && g.storage() == view.storage() && g.offset() == view.offset()) return;
+  if (g.defined()) {
+    CopyInto(view, g);
+  } else {
+    FillInPlace(view, 0.0);
+  }
+  p.set_grad(view);
+}
+
+void Reducer::State::Prepare() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t k = 0; k < params_.size(); ++k) InstallView(k);
+  if (!sync_) return;
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    pending_[b] = static_cast<int>(buckets_[b].params.size());
+    works_[b].reset();
+  }
+  next_bucket_ = 0;
+  hook_error_ = OkStatus();
+  stats_ = ReducerStats();
+  in_backward_ = true;
+}
+
+void Reducer::State::OnGradReady(size_t k) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sync_ || !in_backward_) return;
+  // A gradient that AccumulateGrad put somewhere else (set_to_none, a replaced .grad) moves in.
+  InstallView(k);
+  if (ready_[k]) {
+    // A second accumulation in one backward (a re-entrant backward, e.g. a checkpointed
+    // segment, reaching a parameter also used outside it). Harmless until its bucket has left.
+    if (works_[slots_[k].bucket] && hook_error_.ok()) {
+      hook_error_ = FailedPreconditionError(
+          "reducer: parameter " + params_[k].first +
+          " received a second gradient in one backward after its bucket was already reduced");
+    }
+    return;
+  }
+  MarkReady(k);
+  LaunchReadyBuckets();
+}
+
+void Reducer::State::MarkReady(size_t k) {
+  ready_[k] = 1;
+  --pending_[slots_[k].bucket];
+}
+
+void Reducer::State::LaunchReadyBuckets() {
+  while (next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0) {
+    Launch(next_bucket_);
+    if (!finishing_) ++stats_.buckets_launched_in_backward;
+    ++next_bucket_;
+  }
+}
+
+void Reducer::State::Launch(size_t b) {
+  Bucket& bucket = buckets_[b];
+  const double scale = 1.0 / group_->size();
+  Tensor comm = bucket.buffer;
+  ReduceOp op = ReduceOp::kAverage;
+  if (options_.compression != bucket.buffer.dtype()) {
+    // Divide first, then round: the sum of rounded shares cannot overflow float16.
+    autograd::NoGradGuard no_grad;
+    comm = ConvertTo(ops::MulScalar(bucket.buffer, scale), options_.compression, true);
+    op = ReduceOp::kSum;
+  }
+  comm_[b] = comm;
+  if (stats_.first_launch == SteadyClock::time_point{}) stats_.first_launch = SteadyClock::now();
+  if (options_.shard_gradients) {
+    comm_out_[b] = comm.dtype() == bucket.shard.dtype()
+                       ? bucket.shard
+                       : Empty(bucket.shard.shape(), Options(comm.dtype()));
+    works_[b] = group_->ReduceScatter(comm_out_[b], comm, op);
+  } else {
+    works_[b] = group_->AllReduce(comm, op);
+  }
+}
+
+Status Reducer::State::ReduceUsedBitmap(const std::vector<char>& used_here,
+                                        std::vector<char>* used_anywhere) {
+  Tensor used = Zeros(Shape{static_cast<int64_t>(params_.size())}, Options(DType::kFloat32));
+  float* u = used.data<float>();
+  for (size_t k = 0; k < params_.size(); ++k) u[k] = used_here[k] ? 1.f : 0.f;
+  std::shared_ptr<Work> work = group_->AllReduce(used, ReduceOp::kMax);
+  RETURN_IF_ERROR(WaitFor(*group_, *work));
+  used_anywhere->resize(params_.size());
+  for (size_t k = 0; k < params_.size(); ++k) (*used_anywhere)[k] = u[k] > 0;
+  return OkStatus();
+}
+
+Status Reducer::State::Finish() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!sync_) return OkStatus();
+  if (!in_backward_) return FailedPreconditionError("reducer: Finish without Prepare");
+  in_backward_ = false;
+  stats_.backward_end = SteadyClock::now();
+  RETURN_IF_ERROR(hook_error_);
+  std::vector<size_t> unused;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (!ready_[k]) unused.push_back(k);
+  }
+  if (!unused.empty() && !options_.find_unused_parameters) {
+    std::ostringstream names;
+    for (size_t i = 0; i < unused.size() && i < 8; ++i) {
+      names << (i ? ", " : "") << params_[unused[i]].first;
+    }
+    if (unused.size() > 8) names << " and " << unused.size() - 8 << " more";
+    return FailedPreconditionError(
+        "reducer: " + std::to_string(unused.size()) +
+        " parameter(s) received no gradient in this backward: " + names.str() +
+        "; set parallelism.find_unused_parameters to true if the model leaves them unused");
+  }
+  // Launch what is left first: every rank issues buckets 0..B-1 in order, then the bitmap.
+  const std::vector<char> used_here(ready_.begin(), ready_.end());
+  finishing_ = true;
+  for (size_t k : unused) MarkReady(k);
+  LaunchReadyBuckets();
+  finishing_ = false;
+  TY_CHECK(next_bucket_ == buckets_.size());
+  std::vector<char> used_anywhere;
+  if (options_.find_unused_parameters) {
+    RETURN_IF_ERROR(ReduceUsedBitmap(used_here, &used_anywhere));
+  }
+
+  const SteadyClock::time_point wait_start = SteadyClock::now();
+  Status status;
+  for (size_t b = 0; b < buckets_.size() && status.ok(); ++b) {
+    status = WaitFor(*group_, *works_[b]);
+  }
+  stats_.wait_seconds = Seconds(SteadyClock::now() - wait_start);
+  RETURN_IF_ERROR(status);
+
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Work& w = *works_[b];
+    if (b == 0) stats_.first_start = w.start_time();
+    stats_.last_end = std::max(stats_.last_end, w.end_time());
+    stats_.comm_seconds += Seconds(w.end_time() - w.start_time());
+    stats_.bytes += w.bytes();
+    Bucket& bucket = buckets_[b];
+    if (options_.shard_gradients) {
+      if (comm_out_[b].dtype() != bucket.shard.dtype()) CopyInto(bucket.shard, comm_out_[b]);
+    } else if (comm_[b].dtype() != bucket.buffer.dtype()) {
+      CopyInto(bucket.buffer, comm_[b]);
+    }
+    comm_[b] = comm_out_[b] = Tensor();
+  }
+  const int n = group_->size();
+  if (stats_.comm_seconds > 0) {
+    stats_.bus_bandwidth =
+        static_cast<double>(stats_.bytes) * 2.0 * (n - 1) / n / stats_.comm_seconds;
+  }
+  for (size_t k : unused) {
+    if (!used_anywhere.empty() && !used_anywhere[k]) params_[k].second.set_grad(Tensor());
+  }
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor> params,
+                                                   std::shared_ptr<ProcessGroup> group,
+                                                   ReducerOptions options) {
+  if (!group) return InvalidArgumentError("reducer: no process group");
+  if (params.empty()) return InvalidArgumentError("reducer: no parameters");
+  if (options.bucket_bytes <= 0 || options.first_bucket_bytes <= 0) {
+    return InvalidArgumentError("reducer: bucket sizes must be positive");
+  }
+  if (options.compression != DType::kFloat32 && options.compression != DType::kBFloat16 &&
+      options.compression != DType::kFloat16) {
+    return InvalidArgumentError(std::string("reducer: compression dtype ") +
+                                DTypeName(options.compression) +
+                                " is not one of float32, bfloat16, float16");
+  }
+  auto state = std::make_shared<State>(std::move(params), std::move(group), options);
+  RETURN_IF_ERROR(state->Init());
+  std::weak_ptr<State> weak = state;
+  for (size_t k = 0; k < state->params_.size(); ++k) {
+    autograd::RegisterPostAccumulateGradHook(state->params_[k].second, [weak, k](const Tensor&) {
+      if (std::shared_ptr<State> s = weak.lock()) s->OnGradReady(k);
+    });
+  }
+  return std::unique_ptr<Reducer>(new Reducer(std::move(state)));
+}
+
+Reducer::~Reducer() = default;
+void Reducer::set_sync(bool sync) { state_->sync_ = sync; }
+bool Reducer::sync() const { return state_->sync_; }
+void Reducer::Prepare() { state_->Prepare(); }
+Status Reducer::Finish() { return state_->Finish(); }
+const std::vector<Bucket>& Reducer::buckets() const { return state_->buckets_; }
+const std::vector<NamedTensor>& Reducer::params() const { return state_->params_; }
+const ReducerStats& Reducer::stats() const { return state_->stats_; }
+std::shared_ptr<Work> Reducer::work(size_t bucket) const { return state_->WorkOf(bucket); }
+ProcessGroup& Reducer::group() const { return *state_->group_; }
+
+Status BroadcastFromRank0(ProcessGroup& group, const std::vector<NamedTensor>& tensors) {
+  std::vector<std::shared_ptr<Work>> works;
+  for (const NamedTensor& t : tensors) {
+    if (!t.second.is_contiguous()) {
+      return InvalidArgumentError("broadcast: " + t.first + " is not contiguous");
+    }
+    works.push_back(group.Broadcast(t.second.detach(), 0));
+  }
+  for (const std::shared_ptr<Work>& w : works) RETURN_IF_ERROR(WaitFor(group, *w));
+  for (const NamedTensor& t : tensors) t.second.BumpVersion();
+  return OkStatus();
+}
+
+}  // namespace trainyard::dist

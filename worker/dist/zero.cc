@@ -1,0 +1,202 @@
+#include "worker/dist/zero.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "worker/autograd/grad_mode.h"
+#include "worker/ops/elementwise.h"
+#include "worker/tensor/factories.h"
+
+namespace trainyard::dist {
+namespace {
+
+std::string BucketName(size_t b) { return "bucket" + std::to_string(b); }
+
+// Chunk `rank` of a 1-D padded buffer of `world` equal chunks.
+Tensor Chunk(const Tensor& flat, int rank, int world) {
+  const int64_t n = flat.numel() / world;
+  return MakeView(flat, Shape{n}, Shape{1}, flat.offset() + rank * n);
+}
+
+// Parameter i of bucket `b`, viewed in a flat buffer laid out like the bucket.
+Tensor ParamView(const Bucket& b, size_t i, const Tensor& flat, const Shape& shape) {
+  return MakeView(flat, shape, ContiguousStrides(shape), flat.offset() + b.offsets[i]);
+}
+
+}  // namespace
+
+int64_t OptimizerStateBytes(const optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < optimizer.params().size(); ++i) {
+    for (const auto& [name, t] : optimizer.state(i).buffers) {
+      bytes += t.numel() * static_cast<int64_t>(ElementSize(t.dtype()));
+    }
+  }
+  return bytes;
+}
+
+StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Reducer* reducer,
+                                                               const OptimizerFactory& make) {
+  if (reducer == nullptr || reducer->buckets().empty() ||
+      !reducer->buckets().front().shard.defined()) {
+    return InvalidArgumentError("zero: the reducer must reduce-scatter (shard_gradients)");
+  }
+  const int rank = reducer->group().rank(), world = reducer->group().size();
+  std::vector<Tensor> masters;
+  std::vector<optim::NamedTensor> named;
+  for (size_t b = 0; b < reducer->buckets().size(); ++b) {
+    const Bucket& bucket = reducer->buckets()[b];
+    // This rank's chunk of the bucket's buffer: free between the reduce-scatter and the next
+    // backward, so Step() loads the weights there instead of keeping a copy.
+    Tensor master = Chunk(bucket.buffer, rank, world);
+    master.set_requires_grad(true);
+    master.set_grad(bucket.shard);  // the reduce-scatter writes the averaged chunk here
+    masters.push_back(master);
+    named.emplace_back(BucketName(b), master);
+  }
+  std::unique_ptr<ZeroOptimizer> zero(new ZeroOptimizer(reducer, std::move(masters)));
+  ASSIGN_OR_RETURN(zero->inner_, make(std::move(named)));
+  return zero;
+}
+
+Status ZeroOptimizer::GatherInto(const std::vector<Tensor>& chunks) {
+  ProcessGroup& group = reducer_->group();
+  std::vector<std::shared_ptr<Work>> works;
+  for (size_t b = 0; b < chunks.size(); ++b) {
+    works.push_back(group.AllGather(reducer_->buckets()[b].buffer, chunks[b]));
+  }
+  for (const std::shared_ptr<Work>& w : works) RETURN_IF_ERROR(WaitFor(group, *w));
+  return OkStatus();
+}
+
+// Copies the elements of the bucket's parameters that fall in [begin, end) of its layout into
+// `flat` (laid out like the bucket), or back when `to_params`.
+static void CopyRange(const Bucket& bucket, const std::vector<NamedTensor>& params,
+                      const Tensor& flat, int64_t begin, int64_t end, bool to_params) {
+  for (size_t i = 0; i < bucket.params.size(); ++i) {
+    const Tensor& p = params[bucket.params[i]].second;
+    const int64_t lo = std::max(begin, bucket.offsets[i]);
+    const int64_t hi = std::min(end, bucket.offsets[i] + p.numel());
+    if (lo >= hi) continue;
+    Tensor in_param = MakeView(p, Shape{hi - lo}, Shape{1}, p.offset() + lo - bucket.offsets[i]);
+    Tensor in_flat = MakeView(flat, Shape{hi - lo}, Shape{1}, flat.offset() + lo);
+    if (to_params) {
+      CopyInto(in_param, in_flat);
+    } else {
+      CopyInto(in_flat, in_param);
+    }
+  }
+}
+
+Status ZeroOptimizer::Step() {
+  const int rank = reducer_->group().rank();
+  std::vector<Tensor> chunks;
+  for (size_t b = 0; b < masters_.size(); ++b) {
+    const Bucket& bucket = reducer_->buckets()[b];
+    const int64_t n = masters_[b].numel();
+    CopyRange(bucket, reducer_->params(), bucket.buffer, rank * n, (rank + 1) * n, false);
+    // The reducer's views may have been dropped (set_to_none); the chunks are ours.
+    masters_[b].set_grad(bucket.shard);
+  }
+  inner_->Step();
+  for (const Tensor& m : masters_) chunks.push_back(ConvertTo(m, m.dtype(), /*force_copy=*/true));
+  RETURN_IF_ERROR(GatherInto(chunks));
+  for (const Bucket& bucket : reducer_->buckets()) {
+    CopyRange(bucket, reducer_->params(), bucket.buffer, 0, bucket.numel, true);
+    FillInPlace(bucket.buffer, 0.0);
+  }
+  return OkStatus();
+}
+
+StatusOr<double> ZeroOptimizer::ClipGradNorm(double max_norm) {
+  Tensor sq = Zeros(Shape{1}, Options(DType::kFloat64));
+  double local = 0;
+  for (const Bucket& bucket : reducer_->buckets()) {
+    const float* g = bucket.shard.data<float>();
+    for (int64_t i = 0; i < bucket.shard.numel(); ++i) local += double(g[i]) * g[i];
+  }
+  sq.data<double>()[0] = local;
+  std::shared_ptr<Work> work = reducer_->group().AllReduce(sq, ReduceOp::kSum);
+  RETURN_IF_ERROR(WaitFor(reducer_->group(), *work));
+  const double total = std::sqrt(sq.data<double>()[0]);
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1) {
+    autograd::NoGradGuard no_grad;
+    for (const Bucket& bucket : reducer_->buckets()) ops::MulScalarInPlace(bucket.shard, coef);
+  }
+  return total;
+}
+
+StatusOr<std::vector<optim::NamedTensor>> ZeroOptimizer::StateDict() {
+  ProcessGroup& group = reducer_->group();
+  std::map<std::string, Tensor> out;
+  std::map<std::string, Tensor> inner;
+  for (auto& [key, t] : inner_->StateDict()) inner[key] = t;
+  for (size_t b = 0; b < masters_.size(); ++b) {
+    const Bucket& bucket = reducer_->buckets()[b];
+    const std::string prefix = BucketName(b) + ".";
+    for (const auto& [key, t] : inner) {
+      if (key.rfind(prefix, 0) != 0) continue;
+      const std::string what = key.substr(prefix.size());
+      if (what == "step") {
+        for (size_t k : bucket.params) {
+          out[reducer_->params()[k].first + ".step"] = ConvertTo(t, t.dtype(), true);
+        }
+        continue;
+      }
+      Tensor full = Empty(bucket.buffer.shape(), t.options());
+      std::shared_ptr<Work> work = group.AllGather(full, t);
+      RETURN_IF_ERROR(WaitFor(group, *work));
+      for (size_t i = 0; i < bucket.params.size(); ++i) {
+        const optim::NamedTensor& p = reducer_->params()[bucket.params[i]];
+        out[p.first + "." + what] =
+            ConvertTo(ParamView(bucket, i, full, p.second.shape()), t.dtype(), true);
+      }
+    }
+  }
+  for (const auto& [key, t] : inner) {
+    if (key.find('.') == std::string::npos) out[key] = t;  // hyperparameters
+  }
+  return std::vector<optim::NamedTensor>(out.begin(), out.end());
+}
+
+Status ZeroOptimizer::LoadStateDict(const std::vector<optim::NamedTensor>& state) {
+  const int rank = reducer_->group().rank(), world = reducer_->group().size();
+  std::map<std::string, Tensor> full(state.begin(), state.end());
+  std::vector<optim::NamedTensor> shard;
+  for (const auto& [key, t] : full) {
+    if (key.find('.') == std::string::npos) shard.emplace_back(key, t);
+  }
+  for (size_t b = 0; b < masters_.size(); ++b) {
+    const Bucket& bucket = reducer_->buckets()[b];
+    const std::string& first = reducer_->params()[bucket.params.front()].first;
+    // The buffer names present for the bucket's first parameter ("exp_avg", ...).
+    for (const auto& [key, t] : full) {
+      if (key.rfind(first + ".", 0) != 0) continue;
+      const std::string what = key.substr(first.size() + 1);
+      if (what.find('.') != std::string::npos) continue;  // another parameter "first.x.y"
+      if (what == "step") {
+        shard.emplace_back(BucketName(b) + ".step", t);
+        continue;
+      }
+      Tensor flat = Zeros(bucket.buffer.shape(), Options(t.dtype()));
+      for (size_t i = 0; i < bucket.params.size(); ++i) {
+        const optim::NamedTensor& p = reducer_->params()[bucket.params[i]];
+        auto it = full.find(p.first + "." + what);
+        if (it == full.end() || it->second.shape() != p.second.shape()) {
+          return InvalidArgumentError("optimizer state: " + p.first + "." + what +
+                                      " is missing or not shaped like the parameter");
+        }
+        CopyInto(ParamView(bucket, i, flat, p.second.shape()), it->second);
+      }
+      shard.emplace_back(BucketName(b) + "." + what,
+                         ConvertTo(Chunk(flat, rank, world), t.dtype(), true));
+    }
+  }
+  return inner_->LoadStateDict(shard);
+}
+
+int64_t ZeroOptimizer::state_bytes() const { return OptimizerStateBytes(*inner_); }
+
+}  // namespace trainyard::dist

@@ -1,0 +1,70 @@
+// ZeroOptimizer: ZeRO stage 1, optimizer state sharded across the ranks of a data-parallel group.
+//
+// The Reducer (in shard_gradients mode) reduce-scatters each bucket, leaving rank r the average
+// of its chunk r of every bucket. An ordinary Optimizer runs over just those chunks, so moments
+// and momentum take 1/N of the memory. Step():
+//   1. loads this rank's chunk of the weights into chunk r of each bucket's gradient buffer
+//      (free once reduce-scattered: no copy of the weights is kept between steps);
+//   2. the inner optimizer updates the chunks (element-wise, so the result equals the
+//      unsharded update);
+//   3. every bucket's chunks are all-gathered into its buffer and copied into the parameters;
+//      the gradients are left zero.
+//
+// Checkpoints do not depend on the world size: StateDict() gathers the full per-parameter state
+// in exactly the form an unsharded Optimizer writes (Note [Optimizer state dict]), and
+// LoadStateDict() takes that form and keeps this rank's chunks. StateDict, LoadStateDict,
+// ClipGradNorm and Step are collectives: every rank calls them, in the same order.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/dist/reducer.h"
+#include "worker/optim/optimizer.h"
+
+namespace trainyard::dist {
+
+class ZeroOptimizer {
+ public:
+  // Builds the optimizer for a list of named parameters (the trainer's spec -> optimizer).
+  using OptimizerFactory =
+      std::function<StatusOr<std::unique_ptr<optim::Optimizer>>(std::vector<optim::NamedTensor>)>;
+
+  // `reducer` must be in shard_gradients mode and outlive this object.
+  static StatusOr<std::unique_ptr<ZeroOptimizer>> Create(Reducer* reducer,
+                                                         const OptimizerFactory& make);
+
+  Status Step();
+  double lr() const { return inner_->lr(); }
+  void set_lr(double lr) { inner_->set_lr(lr); }
+
+  // torch.nn.utils.clip_grad_norm_ over the whole model's averaged gradients (2-norm): returns
+  // the total norm before clipping and scales this rank's gradient chunks when it exceeds
+  // max_norm.
+  StatusOr<double> ClipGradNorm(double max_norm);
+
+  // See the top of this file.
+  StatusOr<std::vector<optim::NamedTensor>> StateDict();
+  Status LoadStateDict(const std::vector<optim::NamedTensor>& state);
+
+  // Bytes of optimizer state on this rank (the inner optimizer's buffers).
+  int64_t state_bytes() const;
+  const optim::Optimizer& inner() const { return *inner_; }
+
+ private:
+  ZeroOptimizer(Reducer* reducer, std::vector<Tensor> masters)
+      : reducer_(reducer), masters_(std::move(masters)) {}
+  Status GatherInto(const std::vector<Tensor>& chunks);  // chunk b -> bucket b's buffer
+
+  Reducer* reducer_;
+  std::vector<Tensor> masters_;  // per bucket: this rank's chunk of its buffer, 1-D
+  std::unique_ptr<optim::Optimizer> inner_;
+};
+
+// Bytes held by an optimizer's state (its buffers; parameters are not counted).
+int64_t OptimizerStateBytes(const optim::Optimizer& optimizer);
+
+}  // namespace trainyard::dist
