@@ -1,5 +1,6 @@
-// trainyard: the command-line client. Today it trains on one machine (`train`); the service
-// commands (submit, list, describe, watch, cancel, local) arrive with the service.
+// trainyard: the command-line client. Today it trains on one machine (`train`, in one process
+// or as several with --nproc); the service commands (submit, list, describe, watch, cancel,
+// local) arrive with the service.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -16,7 +17,8 @@ constexpr const char* kHelp =
     "usage: trainyard <command> [arguments]\n"
     "\n"
     "commands:\n"
-    "  train SPEC.yaml   train on this machine, in this process (trainyard train --help)\n"
+    "  train SPEC.yaml   train on this machine: in this process, or as N with --nproc N\n"
+    "                    (trainyard train --help)\n"
     "  version           print the version\n"
     "  help              print this help\n";
 

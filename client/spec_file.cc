@@ -1,5 +1,6 @@
 #include "client/spec_file.h"
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -17,7 +18,8 @@ StatusOr<Json> ReadSpecFile(const std::string& path) {
   const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (!json) return ParseYaml(text, path);
   StatusOr<Json> parsed = Json::Parse(text);
-  if (!parsed.ok()) return InvalidArgumentError(path + ": " + std::string(parsed.status().message()));
+  if (!parsed.ok())
+    return InvalidArgumentError(path + ": " + std::string(parsed.status().message()));
   return parsed;
 }
 
@@ -32,8 +34,10 @@ Status ApplyOverride(std::string_view assignment, Json* spec) {
   size_t start = 0;
   for (;;) {
     const size_t dot = path.find('.', start);
-    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (key.empty()) return InvalidArgumentError("--set " + path + ": empty field name in the path");
+    const std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty())
+      return InvalidArgumentError("--set " + path + ": empty field name in the path");
     if (node->is_null()) *node = Json::Object();
     if (!node->is_object()) {
       return InvalidArgumentError("--set " + path + ": " + path.substr(0, start - 1) +
@@ -49,12 +53,44 @@ Status ApplyOverride(std::string_view assignment, Json* spec) {
   }
 }
 
-StatusOr<spec::JobSpec> LoadJobSpec(const std::string& path, const std::vector<std::string>& overrides) {
+StatusOr<Json> LoadSpecJson(const std::string& path, const std::vector<std::string>& overrides) {
   ASSIGN_OR_RETURN(Json json, ReadSpecFile(path));
   for (const std::string& o : overrides) RETURN_IF_ERROR(ApplyOverride(o, &json));
+  return json;
+}
+
+StatusOr<spec::JobSpec> ParseSpecJson(const std::string& path, const Json& json) {
   StatusOr<spec::JobSpec> spec = spec::ParseJobSpec(json);
   if (!spec.ok()) return InvalidArgumentError(path + ": " + std::string(spec.status().message()));
   return spec;
+}
+
+StatusOr<spec::JobSpec> LoadJobSpec(const std::string& path,
+                                    const std::vector<std::string>& overrides) {
+  ASSIGN_OR_RETURN(Json json, LoadSpecJson(path, overrides));
+  return ParseSpecJson(path, json);
+}
+
+bool SetsField(const Json& json, std::string_view path) {
+  const Json* node = &json;
+  for (size_t start = 0; node != nullptr;) {
+    const size_t dot = path.find('.', start);
+    const std::string key(
+        path.substr(start, dot == std::string_view::npos ? path.npos : dot - start));
+    if (!node->is_object()) return false;
+    std::string camel;
+    for (size_t i = 0; i < key.size(); ++i) {
+      camel += key[i] == '_' && i + 1 < key.size()
+                   ? static_cast<char>(std::toupper(static_cast<unsigned char>(key[++i])))
+                   : key[i];
+    }
+    const Json* next = node->Find(key);
+    if (next == nullptr || next->is_null()) next = node->Find(camel);
+    node = next;
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return node != nullptr && !node->is_null();
 }
 
 }  // namespace trainyard::client

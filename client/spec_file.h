@@ -20,7 +20,16 @@ StatusOr<Json> ReadSpecFile(const std::string& path);
 // missing '=', an empty path or a path through a non-mapping.
 Status ApplyOverride(std::string_view assignment, Json* spec);
 
-// ReadSpecFile, every override in order, then spec::ParseJobSpec.
-StatusOr<spec::JobSpec> LoadJobSpec(const std::string& path, const std::vector<std::string>& overrides);
+// ReadSpecFile, then every override in order: the spec before validation.
+StatusOr<Json> LoadSpecJson(const std::string& path, const std::vector<std::string>& overrides);
+
+// LoadSpecJson, then spec::ParseJobSpec (errors start with `path`).
+StatusOr<spec::JobSpec> LoadJobSpec(const std::string& path,
+                                    const std::vector<std::string>& overrides);
+StatusOr<spec::JobSpec> ParseSpecJson(const std::string& path, const Json& json);
+
+// Whether `json` sets the field at the dotted snake_case `path` ("parallelism.world_size") to
+// something other than null, under either its snake_case or its lowerCamelCase name.
+bool SetsField(const Json& json, std::string_view path);
 
 }  // namespace trainyard::client

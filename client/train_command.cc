@@ -4,26 +4,40 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <thread>
 
+#include "client/launch.h"
 #include "client/spec_file.h"
 #include "common/json.h"
 #include "kernels/cpu/parallel.h"
+#include "worker/dist/process_group.h"
+#include "worker/dist/store.h"
 #include "worker/trainer/trainer.h"
 
 namespace trainyard::client {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: trainyard train SPEC.yaml [-o json] [--set path=value]... [--quiet]\n"
+    "usage: trainyard train SPEC.yaml [-o json] [--set path=value]... [--quiet] [--nproc N]\n"
     "  SPEC.yaml      a job spec (YAML, or JSON by its .json name): proto/trainyard/v1/job.proto\n"
     "  -o json        print the final summary as one JSON object on stdout\n"
     "  --set p=v      override one spec field, e.g. --set steps=200 --set optimizer.sgd.lr=0.05\n"
-    "  --quiet        no progress line (errors and the summary still print)\n";
+    "  --quiet        no progress line (errors and the summary still print)\n"
+    "  --nproc N      train as N processes on this machine (data parallel over gloo), each with\n"
+    "                 cores/N threads unless num_threads or TY_NUM_THREADS says otherwise; rank 0\n"
+    "                 prints progress and the summary, the others' errors come prefixed [rank r].\n"
+    "                 Default: parallelism.world_size (1: this process); when the spec sets it\n"
+    "                 too, the two must agree\n";
+
+constexpr int kMaxNproc = 4096;  // parallelism.world_size's bound
 
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_signal{0};
@@ -35,8 +49,9 @@ void OnSignal(int sig) {
     return;
   }
   g_signal = sig;
-  const char msg[] = "\ntrainyard: stopping after this step (a checkpoint is saved when "
-                     "checkpoint.dir is set); signal again to abort\n";
+  const char msg[] =
+      "\ntrainyard: stopping after this step (a checkpoint is saved when "
+      "checkpoint.dir is set); signal again to abort\n";
   ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
   (void)ignored;
 }
@@ -86,26 +101,38 @@ class Progress {
       step_seconds_ = m.data_seconds + m.forward_seconds + m.backward_seconds + m.optimizer_seconds;
     } else {
       units_ += text_ ? m.tokens : m.samples;
-      step_seconds_ = std::chrono::duration<double>(now - first_).count() / static_cast<double>(steps_);
+      step_seconds_ =
+          std::chrono::duration<double>(now - first_).count() / static_cast<double>(steps_);
     }
     ++steps_;
     loss_ = loss_ < 0 ? m.loss : 0.9 * loss_ + 0.1 * m.loss;
     if (quiet_) return;
     const bool last = m.step == m.total_steps;
-    if (!last && now - last_print_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::seconds(5))) {
+    if (!last &&
+        now - last_print_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::seconds(5))) {
       return;
     }
     last_print_ = now;
     const double rate =
-        steps_ > 1 ? static_cast<double>(units_) / std::chrono::duration<double>(now - first_).count()
-                   : static_cast<double>(text_ ? m.tokens : m.samples) / step_seconds_;
+        steps_ > 1
+            ? static_cast<double>(units_) / std::chrono::duration<double>(now - first_).count()
+            : static_cast<double>(text_ ? m.tokens : m.samples) / step_seconds_;
     const std::string line =
         "step " + std::to_string(m.step) + "/" + std::to_string(m.total_steps) + " (" +
         Fixed(100.0 * m.step / m.total_steps, 1) + "%)  epoch " + std::to_string(m.epoch + 1) +
         "  loss " + Fixed(loss_, 4) + "  lr " + ShortNumber(m.lr) + "  " + Grouped(rate) +
         (text_ ? " tokens/s" : " samples/s") + "  ETA " +
-        Duration(step_seconds_ * static_cast<double>(m.total_steps - m.step));
+        Duration(step_seconds_ * static_cast<double>(m.total_steps - m.step)) + Comm(m);
     Print(line, /*keep=*/!tty_);
+  }
+
+  // This step's gradient all-reduce on rank 0: running time, the part backward did not hide,
+  // and bus bandwidth. Empty for one process.
+  static std::string Comm(const trainer::StepMetrics& m) {
+    if (m.world_size <= 1) return "";
+    return "  all-reduce " + Fixed(1e3 * m.allreduce_seconds, 1) + " ms (waited " +
+           Fixed(1e3 * m.bucket_wait_seconds, 1) + " ms, " + Fixed(m.bus_bandwidth / 1e9, 2) +
+           " GB/s)";
   }
 
   void Eval(const trainer::EvalMetrics& m) {
@@ -146,8 +173,8 @@ class Progress {
 
   bool quiet_, text_, tty_;
   bool open_ = false;
-  int64_t steps_ = 0;   // steps seen
-  int64_t units_ = 0;   // samples (tokens for text) after the first step
+  int64_t steps_ = 0;                            // steps seen
+  int64_t units_ = 0;                            // samples (tokens for text) after the first step
   std::chrono::steady_clock::time_point first_;  // when the first step ended
   double step_seconds_ = 0;
   double loss_ = -1;
@@ -177,20 +204,27 @@ Json SummaryJson(const trainer::TrainSummary& s) {
       {"checkpoint", s.checkpoint.empty() ? Json() : Json(s.checkpoint)},
       {"resumed_from", s.resumed_from.empty() ? Json() : Json(s.resumed_from)},
       {"interrupted", s.interrupted},
+      {"world_size", s.world_size},
+      {"optimizer_state_bytes", s.optimizer_state_bytes},
   });
 }
 
 void PrintSummary(const trainer::TrainSummary& s, bool text) {
   std::string out = s.name + ": " + (s.interrupted ? "stopped at step " : "") +
-                    std::to_string(s.steps) + (s.interrupted ? " of " + std::to_string(s.total_steps) : " steps") +
-                    " (" + std::to_string(s.steps_this_run) + " in this run) in " + Duration(s.seconds) +
+                    std::to_string(s.steps) +
+                    (s.interrupted ? " of " + std::to_string(s.total_steps) : " steps") + " (" +
+                    std::to_string(s.steps_this_run) + " in this run) in " + Duration(s.seconds) +
                     ", " + Grouped(text ? s.tokens_per_second : s.samples_per_second) +
                     (text ? " tokens/s\n" : " samples/s\n");
   out += "  train loss   " + Fixed(s.final_train_loss, 4) + " (mean of the last 50 steps)\n";
   if (s.eval) {
     out += "  eval         loss " + Fixed(s.eval->loss, 4) + ", accuracy " +
-           Fixed(100 * s.eval->accuracy, 2) + "% on " + Grouped(static_cast<double>(s.eval->samples)) +
-           (text ? " windows\n" : " samples\n");
+           Fixed(100 * s.eval->accuracy, 2) + "% on " +
+           Grouped(static_cast<double>(s.eval->samples)) + (text ? " windows\n" : " samples\n");
+  }
+  if (s.world_size > 1) {
+    out += "  ranks        " + std::to_string(s.world_size) + ", optimizer state " +
+           Fixed(static_cast<double>(s.optimizer_state_bytes) / (1 << 20), 2) + " MiB on rank 0\n";
   }
   if (!s.resumed_from.empty()) out += "  resumed from " + s.resumed_from + "\n";
   if (!s.checkpoint.empty()) out += "  checkpoint   " + s.checkpoint + "\n";
@@ -202,14 +236,28 @@ int Fail(const std::string& message, int code) {
   return code;
 }
 
-}  // namespace
-
-int RunTrainCommand(const std::vector<std::string>& args) {
+// The command line, parsed.
+struct TrainArgs {
   std::string spec_path;
   std::vector<std::string> overrides;
   bool json = false, quiet = false;
+  std::optional<std::string> nproc;    // --nproc's value, when given
+  std::vector<std::string> rank_args;  // "train" and the arguments, without --nproc
+};
+
+// Returns the exit code when the command ends here (--help, bad usage), else -1.
+int ParseArgs(const std::vector<std::string>& args, TrainArgs* out) {
+  out->rank_args = {"train"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (a == "--nproc" || a.rfind("--nproc=", 0) == 0) {
+      if (a == "--nproc" && i + 1 >= args.size()) {
+        return Fail("--nproc takes a number\n" + std::string(kUsage), 2);
+      }
+      out->nproc = a == "--nproc" ? args[++i] : a.substr(8);
+      continue;
+    }
+    out->rank_args.push_back(a);
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -217,60 +265,126 @@ int RunTrainCommand(const std::vector<std::string>& args) {
       if (i + 1 >= args.size() || (args[i + 1] != "json" && args[i + 1] != "text")) {
         return Fail(a + " takes json or text\n" + kUsage, 2);
       }
-      json = args[++i] == "json";
+      out->rank_args.push_back(args[i + 1]);
+      out->json = args[++i] == "json";
     } else if (a == "--set") {
       if (i + 1 >= args.size()) return Fail("--set takes path=value\n" + std::string(kUsage), 2);
-      overrides.push_back(args[++i]);
+      out->rank_args.push_back(args[i + 1]);
+      out->overrides.push_back(args[++i]);
     } else if (a.rfind("--set=", 0) == 0) {
-      overrides.push_back(a.substr(6));
+      out->overrides.push_back(a.substr(6));
     } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
+      out->quiet = true;
     } else if (!a.empty() && a[0] == '-') {
       return Fail("unknown option " + a + "\n" + kUsage, 2);
-    } else if (spec_path.empty()) {
-      spec_path = a;
+    } else if (out->spec_path.empty()) {
+      out->spec_path = a;
     } else {
-      return Fail("one spec file, got " + spec_path + " and " + a + "\n" + kUsage, 2);
+      return Fail("one spec file, got " + out->spec_path + " and " + a + "\n" + kUsage, 2);
     }
   }
-  if (spec_path.empty()) return Fail(std::string("no spec file given\n") + kUsage, 2);
+  if (out->spec_path.empty()) return Fail(std::string("no spec file given\n") + kUsage, 2);
+  return -1;
+}
 
-  StatusOr<spec::JobSpec> spec = LoadJobSpec(spec_path, overrides);
-  if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
-  const bool text = spec->data.source == "text" || spec->data.source == "tokens";
-
-  Progress progress(quiet, text);
-  trainer::TrainerOptions options;
-  options.stop = &g_stop;
-  options.on_step = [&](const trainer::StepMetrics& m) { progress.Step(m); };
-  options.on_eval = [&](const trainer::EvalMetrics& m) { progress.Eval(m); };
-  options.on_checkpoint = [&](const std::string& dir, int64_t) { progress.Note("checkpoint " + dir); };
-
-  StatusOr<std::unique_ptr<trainer::Trainer>> trainer = trainer::Trainer::Create(*spec, options);
-  if (!trainer.ok()) return Fail(std::string(trainer.status().message()), 1);
-  const trainer::Trainer& t = **trainer;
-  progress.Note(spec->name + ": " + spec->model.arch + " (" +
-                Grouped(static_cast<double>(t.num_parameters())) + " parameters) on " +
-                t.data().description + "; " + std::to_string(t.total_steps()) + " steps of " +
-                std::to_string(spec->batch_size) + ", " +
-                std::to_string(kernels::cpu::GetNumThreads()) + " threads");
-  if (!t.resumed_from().empty()) {
-    progress.Note("resuming from " + t.resumed_from() + " at step " + std::to_string(t.step()));
+// How many processes to run: --nproc, else parallelism.world_size (which must agree with
+// --nproc when the spec sets it). InvalidArgument naming both when they differ.
+StatusOr<int> ResolveNproc(const TrainArgs& a, const spec::JobSpec& spec, bool sets_world_size) {
+  const int world_size = spec.parallelism.world_size;
+  int nproc = world_size;
+  if (a.nproc) {
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(a.nproc->c_str(), &end, 10);
+    if (a.nproc->empty() || *end != '\0' || errno != 0 || n < 1 || n > kMaxNproc) {
+      return InvalidArgumentError("--nproc \"" + *a.nproc +
+                                  "\": must be a number of processes in [1, " +
+                                  std::to_string(kMaxNproc) + "]");
+    }
+    nproc = static_cast<int>(n);
+    if (sets_world_size && nproc != world_size) {
+      return InvalidArgumentError("--nproc " + std::to_string(nproc) +
+                                  " and parallelism.world_size = " + std::to_string(world_size) +
+                                  " in " + a.spec_path +
+                                  " differ; give one of them, or the same number");
+    }
   }
+  const int per_node = spec.parallelism.ranks_per_node;
+  if (nproc > 1 && per_node != 0 && per_node != nproc) {
+    return InvalidArgumentError("parallelism.ranks_per_node = " + std::to_string(per_node) +
+                                ": a local launch starts all " + std::to_string(nproc) +
+                                " ranks on this node; set it to 0 or " + std::to_string(nproc));
+  }
+  return nproc;
+}
 
+// In a launched rank: the store the launcher serves, scoped to this run, and the group.
+StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const RankEnv& env,
+                                                        const spec::JobSpec& spec) {
+  const auto timeout =
+      std::chrono::milliseconds(std::llround(spec.parallelism.collective_timeout_seconds * 1000));
+  StatusOr<std::shared_ptr<dist::Store>> store = dist::TcpStore::Connect(env.store, timeout);
+  if (!store.ok()) {
+    return Status(store.status().code(), "connecting to the launcher's store " + env.store + " (" +
+                                             kStoreEnv + "): " + store.status().message());
+  }
+  auto scoped = std::make_shared<dist::PrefixStore>("run/" + env.run_id + "/", *store);
+  dist::ProcessGroupOptions options;
+  options.timeout = timeout;
+  options.algorithm = spec.parallelism.all_reduce_algorithm;
+  ASSIGN_OR_RETURN(std::unique_ptr<dist::ProcessGroup> group,
+                   dist::CreateProcessGroup(spec::ResolvedBackend(spec), std::move(scoped),
+                                            env.rank, env.world_size, options));
+  return std::shared_ptr<dist::ProcessGroup>(std::move(group));
+}
+
+// Trainer::Run, with SIGINT and SIGTERM asking it to stop (OnSignal).
+StatusOr<trainer::TrainSummary> RunStoppably(trainer::Trainer& trainer) {
   struct sigaction action = {};
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   struct sigaction old_int, old_term;
   sigaction(SIGINT, &action, &old_int);
   sigaction(SIGTERM, &action, &old_term);
-  StatusOr<trainer::TrainSummary> summary = (*trainer)->Run();
+  StatusOr<trainer::TrainSummary> summary = trainer.Run();
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  return summary;
+}
+
+// Trains in this process; `group` is null for a single process.
+int Train(const TrainArgs& a, const spec::JobSpec& spec,
+          std::shared_ptr<dist::ProcessGroup> group) {
+  const bool text = spec.data.source == "text" || spec.data.source == "tokens";
+  Progress progress(a.quiet, text);
+  trainer::TrainerOptions options;
+  options.stop = &g_stop;
+  options.on_step = [&](const trainer::StepMetrics& m) { progress.Step(m); };
+  options.on_eval = [&](const trainer::EvalMetrics& m) { progress.Eval(m); };
+  options.on_checkpoint = [&](const std::string& dir, int64_t) {
+    progress.Note("checkpoint " + dir);
+  };
+  options.process_group = std::move(group);
+
+  StatusOr<std::unique_ptr<trainer::Trainer>> trainer = trainer::Trainer::Create(spec, options);
+  if (!trainer.ok()) return Fail(std::string(trainer.status().message()), 1);
+  const trainer::Trainer& t = **trainer;
+  const int ranks = spec.parallelism.world_size;
+  progress.Note(spec.name + ": " + spec.model.arch + " (" +
+                Grouped(static_cast<double>(t.num_parameters())) + " parameters) on " +
+                t.data().description + "; " + std::to_string(t.total_steps()) + " steps of " +
+                std::to_string(spec.batch_size) +
+                (ranks > 1 ? " x " + std::to_string(ranks) + " ranks" : "") + ", " +
+                std::to_string(kernels::cpu::GetNumThreads()) + " threads");
+  if (!t.resumed_from().empty()) {
+    progress.Note("resuming from " + t.resumed_from() + " at step " + std::to_string(t.step()));
+  }
+
+  StatusOr<trainer::TrainSummary> summary = RunStoppably(**trainer);
   progress.Close();
   if (!summary.ok()) return Fail(std::string(summary.status().message()), 1);
 
-  if (json) {
+  if (a.json) {
     std::printf("%s\n", SummaryJson(*summary).Dump().c_str());
   } else {
     PrintSummary(*summary, text);
@@ -278,6 +392,54 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   std::fflush(stdout);
   if (summary->interrupted) return 128 + (g_signal.load() ? g_signal.load() : SIGINT);
   return 0;
+}
+
+// One rank of a launched run (TRAINYARD_RANK is set).
+int TrainRank(const TrainArgs& a, const RankEnv& env, spec::JobSpec spec, bool sets_world_size) {
+  if (a.nproc) {
+    return Fail(std::string("--nproc starts ranks; this process is one (") + kRankEnv + " = " +
+                    std::to_string(env.rank) + ")",
+                2);
+  }
+  if (sets_world_size && spec.parallelism.world_size != env.world_size) {
+    return Fail("parallelism.world_size = " + std::to_string(spec.parallelism.world_size) + " in " +
+                    a.spec_path + ", but " + kWorldSizeEnv + " = " + std::to_string(env.world_size),
+                2);
+  }
+  spec.parallelism.world_size = env.world_size;
+  StatusOr<std::shared_ptr<dist::ProcessGroup>> group = JoinGroup(env, spec);
+  if (!group.ok()) {
+    return Fail("rank " + std::to_string(env.rank) + ": " + std::string(group.status().message()),
+                1);
+  }
+  return Train(a, spec, std::move(*group));
+}
+
+}  // namespace
+
+int RunTrainCommand(const std::vector<std::string>& args) {
+  TrainArgs a;
+  if (int code = ParseArgs(args, &a); code >= 0) return code;
+  StatusOr<std::optional<RankEnv>> rank = ReadRankEnv();
+  if (!rank.ok()) return Fail(std::string(rank.status().message()), 2);
+  StatusOr<Json> json = LoadSpecJson(a.spec_path, a.overrides);
+  if (!json.ok()) return Fail(std::string(json.status().message()), 2);
+  StatusOr<spec::JobSpec> spec = ParseSpecJson(a.spec_path, *json);
+  if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
+  const bool sets_world_size = SetsField(*json, "parallelism.world_size");
+  if (rank->has_value()) return TrainRank(a, **rank, *std::move(spec), sets_world_size);
+
+  StatusOr<int> nproc = ResolveNproc(a, *spec, sets_world_size);
+  if (!nproc.ok()) return Fail(std::string(nproc.status().message()) + "\n" + kUsage, 2);
+  if (*nproc == 1) return Train(a, *spec, nullptr);
+  LaunchOptions launch;
+  launch.nproc = *nproc;
+  launch.args = a.rank_args;
+  launch.grace =
+      std::chrono::milliseconds(std::llround(spec->parallelism.collective_timeout_seconds * 1000)) +
+      std::chrono::seconds(5);
+  launch.quiet = a.quiet;
+  return Launch(launch);
 }
 
 }  // namespace trainyard::client

@@ -111,10 +111,11 @@ nn::NamedTensors UniqueStateDict(const nn::Module& model) {
 
 // Writes the files of a checkpoint into the fresh directory `tmp` and makes them durable.
 Status WriteContents(const std::string& tmp, const nn::Module& model,
-                     const optim::Optimizer* optimizer, const Manifest& manifest) {
+                     const std::vector<optim::NamedTensor>* optimizer_state,
+                     const Manifest& manifest) {
   RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + manifest.model_file, UniqueStateDict(model)));
-  if (optimizer != nullptr) {
-    RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + *manifest.optimizer_file, optimizer->StateDict()));
+  if (optimizer_state != nullptr) {
+    RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + *manifest.optimizer_file, *optimizer_state));
   }
   RETURN_IF_ERROR(WriteManifest(tmp + "/" + kManifestFile, manifest));
   return SyncDirectory(tmp);
@@ -179,10 +180,18 @@ CheckpointManager::CheckpointManager(std::string dir, int keep_last, const Clock
 
 Status CheckpointManager::Save(const nn::Module& model, const optim::Optimizer* optimizer,
                                const CheckpointState& state) {
+  if (optimizer == nullptr) return SaveWithOptimizerState(model, nullptr, state);
+  const std::vector<optim::NamedTensor> optimizer_state = optimizer->StateDict();
+  return SaveWithOptimizerState(model, &optimizer_state, state);
+}
+
+Status CheckpointManager::SaveWithOptimizerState(
+    const nn::Module& model, const std::vector<optim::NamedTensor>* optimizer_state,
+    const CheckpointState& state) {
   Manifest manifest;
   manifest.state = state;
   manifest.state.saved_at = clock_->UnixSeconds();
-  if (optimizer != nullptr) manifest.optimizer_file = kOptimizerFile;
+  if (optimizer_state != nullptr) manifest.optimizer_file = kOptimizerFile;
   const std::string name = StepDirName(state.step);
   const std::string tmp = dir_ + "/" + kTmpPrefix + name + "-" + std::to_string(::getpid());
 
@@ -191,7 +200,7 @@ Status CheckpointManager::Save(const nn::Module& model, const optim::Optimizer* 
   if (ec) return ErrorCodeStatus(ec, "creating checkpoint directory " + Quoted(dir_));
   fs::remove_all(tmp, ec);  // left by an earlier process that had our pid
   if (::mkdir(tmp.c_str(), 0755) != 0) return ErrnoStatus("creating " + Quoted(tmp));
-  Status s = WriteContents(tmp, model, optimizer, manifest);
+  Status s = WriteContents(tmp, model, optimizer_state, manifest);
   if (s.ok()) s = Publish(tmp, dir_, name);
   if (!s.ok()) {
     RemoveAllOrWarn(tmp);
@@ -255,6 +264,17 @@ StatusOr<CheckpointState> LoadCheckpoint(const std::string& step_dir, nn::Module
     if (!s.ok()) return s.WithContext("loading optimizer state from " + Quoted(optimizer_path));
   }
   return manifest.state;
+}
+
+StatusOr<std::vector<optim::NamedTensor>> LoadOptimizerState(const std::string& step_dir) {
+  ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(step_dir + "/" + kManifestFile));
+  if (!manifest.optimizer_file) {
+    return FailedPreconditionError("checkpoint " + Quoted(step_dir) +
+                                   " holds no optimizer state (it was saved without one)");
+  }
+  ASSIGN_OR_RETURN(SafetensorsFile state,
+                   LoadSafetensors(step_dir + "/" + *manifest.optimizer_file));
+  return std::move(state.tensors);
 }
 
 Status InitFromWeights(const std::string& path, nn::Module* model) {

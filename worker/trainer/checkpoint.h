@@ -49,6 +49,11 @@ class CheckpointManager {
   // Errors (I/O, a tensor safetensors refuses) name the path; nothing named step-* is left.
   Status Save(const nn::Module& model, const optim::Optimizer* optimizer,
               const CheckpointState& state);
+  // The same with the optimizer's state dict already taken (a ZeRO optimizer gathers it from
+  // every rank); null writes no optimizer file.
+  Status SaveWithOptimizerState(const nn::Module& model,
+                                const std::vector<optim::NamedTensor>* optimizer_state,
+                                const CheckpointState& state);
 
   // The newest step directory (by step number) whose manifest reads back and whose files
   // exist, or nullopt when there is none or <dir> does not exist. Directories that fail the
@@ -76,6 +81,10 @@ class CheckpointManager {
 // model restored and the optimizer as it was.
 StatusOr<CheckpointState> LoadCheckpoint(const std::string& step_dir, nn::Module* model,
                                          optim::Optimizer* optimizer);
+
+// The optimizer state dict saved in a checkpoint (for a ZeRO optimizer, which loads its own
+// shard of it). FailedPrecondition when it was saved without one.
+StatusOr<std::vector<optim::NamedTensor>> LoadOptimizerState(const std::string& step_dir);
 
 // Loads weights only (a job's init_from), strictly and in place. `path` is a step directory
 // (its manifest names the weight file) or a .safetensors file such as PyTorch writes.

@@ -34,9 +34,9 @@ StatusOr<JobData> LoadFashionMnist(const spec::JobSpec& spec) {
     if (!paths.ok()) return InField("data.fashion_mnist.dir", paths.status());
     StatusOr<data::Dataset> set = data::LoadIdx(paths->images, paths->labels, options);
     if (!set.ok()) {
-      return InField("data.fashion_mnist", Status(set.status().code(),
-                                                  std::string(set.status().message()) +
-                                                      " (apt-get install dataset-fashion-mnist)"));
+      return InField("data.fashion_mnist",
+                     Status(set.status().code(), std::string(set.status().message()) +
+                                                     " (apt-get install dataset-fashion-mnist)"));
     }
     auto shared = std::make_shared<const data::Dataset>(std::move(set).value());
     if (std::string(split) == "train") {
@@ -62,9 +62,10 @@ StatusOr<JobData> TokenWindows(const std::string& field, std::vector<uint16_t> t
   out.tokens_per_sample = context;
   StatusOr<data::TokenDataset> train = data::TokenDataset::Create(std::move(split.train), context);
   if (!train.ok()) {
-    return InvalidArgumentError(field + ": " + std::to_string(tokens.size()) +
-                                " tokens leave too few for training windows of model.gpt.context = " +
-                                std::to_string(context) + " tokens");
+    return InvalidArgumentError(
+        field + ": " + std::to_string(tokens.size()) +
+        " tokens leave too few for training windows of model.gpt.context = " +
+        std::to_string(context) + " tokens");
   }
   out.train = std::make_shared<const data::TokenDataset>(std::move(train).value());
   if (!split.eval.empty()) {
@@ -134,17 +135,17 @@ StatusOr<JobData> LoadCsvData(const spec::JobSpec& spec) {
   const int64_t features = table->inputs().size(1);
   if (features != sizes.front()) {
     return InvalidArgumentError("model.mlp.sizes[0] = " + std::to_string(sizes.front()) +
-                                ": must be " + std::to_string(features) + ", the feature columns of " +
-                                c.path);
+                                ": must be " + std::to_string(features) +
+                                ", the feature columns of " + c.path);
   }
   const int64_t* labels = table->targets().data<int64_t>();
   for (int64_t i = 0; i < table->size(); ++i) {
     if (labels[i] < 0 || labels[i] >= sizes.back()) {
-      return InvalidArgumentError(
-          "data.csv.path: " + c.path + ": sample " + std::to_string(i) + " has label " +
-          std::to_string(labels[i]) + ", outside the model's classes [0, " +
-          std::to_string(sizes.back()) + ") (model.mlp.sizes[" + std::to_string(sizes.size() - 1) +
-          "])");
+      return InvalidArgumentError("data.csv.path: " + c.path + ": sample " + std::to_string(i) +
+                                  " has label " + std::to_string(labels[i]) +
+                                  ", outside the model's classes [0, " +
+                                  std::to_string(sizes.back()) + ") (model.mlp.sizes[" +
+                                  std::to_string(sizes.size() - 1) + "])");
     }
   }
   const int64_t rows = table->size();
@@ -156,7 +157,8 @@ StatusOr<JobData> LoadCsvData(const spec::JobSpec& spec) {
   JobData out;
   out.num_classes = sizes.back();
   out.train = std::make_shared<const data::Subset>(base, std::move(split.train));
-  if (!split.eval.empty()) out.eval = std::make_shared<const data::Subset>(base, std::move(split.eval));
+  if (!split.eval.empty())
+    out.eval = std::make_shared<const data::Subset>(base, std::move(split.eval));
   out.description = c.path + ": " + std::to_string(out.train->size()) + " train, " +
                     std::to_string(out.eval ? out.eval->size() : 0) + " held-out rows of " +
                     std::to_string(rows);

@@ -11,6 +11,7 @@
 #include "worker/autograd/grad_mode.h"
 #include "worker/data/sampler.h"
 #include "worker/nn/zoo.h"
+#include "worker/ops/elementwise.h"
 #include "worker/ops/loss.h"
 #include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
@@ -88,9 +89,9 @@ StatusOr<std::unique_ptr<optim::LrSchedule>> MakeSchedule(const spec::JobSpec& s
   if (s.kind == "cosine") {
     const int64_t total = s.cosine.total_steps > 0 ? s.cosine.total_steps : total_steps;
     if (total <= s.cosine.warmup_steps) {
-      return InvalidArgumentError("schedule.cosine.warmup_steps = " +
-                                  std::to_string(s.cosine.warmup_steps) +
-                                  ": must be less than the run's " + std::to_string(total) + " steps");
+      return InvalidArgumentError(
+          "schedule.cosine.warmup_steps = " + std::to_string(s.cosine.warmup_steps) +
+          ": must be less than the run's " + std::to_string(total) + " steps");
     }
     ASSIGN_OR_RETURN(auto sched, optim::CosineSchedule::Create(lr, s.cosine.warmup_steps, total,
                                                                s.cosine.min_lr));
@@ -121,67 +122,50 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(spec::JobSpec spec, TrainerOp
 
 Status Trainer::Init() {
   if (spec_.num_threads > 0) kernels::cpu::SetNumThreads(spec_.num_threads);
+  if (options_.process_group) {
+    rank_ = options_.process_group->rank();
+    world_size_ = options_.process_group->size();
+  }
   const std::string& dir = spec_.checkpoint.dir;
   const bool text = spec_.data.source == "text";
 
   // A text run keeps the vocabulary saved beside its checkpoints, so token ids never change.
   std::optional<data::Vocabulary> saved_vocabulary;
   const std::string vocabulary_path = dir.empty() ? "" : dir + "/" + kVocabularyFile;
-  if (text && !dir.empty() && spec_.checkpoint.resume && Exists(vocabulary_path)) {
+  if (text && !dir.empty() && (spec_.checkpoint.resume || rank_ != 0) && Exists(vocabulary_path)) {
     StatusOr<data::Vocabulary> v = data::Vocabulary::Load(vocabulary_path);
-    if (!v.ok()) return Status(v.status().code(), "checkpoint.dir: " + std::string(v.status().message()));
+    if (!v.ok())
+      return Status(v.status().code(), "checkpoint.dir: " + std::string(v.status().message()));
     saved_vocabulary = std::move(v).value();
   }
   ASSIGN_OR_RETURN(data_, LoadJobData(spec_, saved_vocabulary ? &*saved_vocabulary : nullptr));
 
   if (spec_.model.arch == "gpt" && spec_.model.gpt.vocab_size > 0 &&
       spec_.model.gpt.vocab_size < data_.num_classes) {
-    return InvalidArgumentError("model.gpt.vocab_size = " + std::to_string(spec_.model.gpt.vocab_size) +
-                                ": smaller than the data's vocabulary of " +
-                                std::to_string(data_.num_classes) + " tokens (0 takes the data's)");
+    return InvalidArgumentError(
+        "model.gpt.vocab_size = " + std::to_string(spec_.model.gpt.vocab_size) +
+        ": smaller than the data's vocabulary of " + std::to_string(data_.num_classes) +
+        " tokens (0 takes the data's)");
   }
-  ASSIGN_OR_RETURN(model_, nn::BuildModel(spec_.model.arch,
-                                          ModelConfigsOf(spec_.model, data_.num_classes), &gen_));
+  nn::ModelConfigs configs = ModelConfigsOf(spec_.model, data_.num_classes);
+  configs.gpt.activation_checkpointing = spec_.parallelism.activation_checkpointing;
+  ASSIGN_OR_RETURN(model_, nn::BuildModel(spec_.model.arch, configs, &gen_));
   params_ = model_->Parameters();
   for (const Tensor& p : params_) num_parameters_ += p.numel();
-  ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(spec_.optimizer, model_->NamedParameters()));
-
-  const int64_t n = data_.train->size();
-  const int64_t batch = spec_.batch_size;
-  steps_per_epoch_ = spec_.data.drop_last ? n / batch : (n + batch - 1) / batch;
-  if (steps_per_epoch_ == 0) {
-    return InvalidArgumentError("batch_size = " + std::to_string(batch) + ": larger than the " +
-                                std::to_string(n) + " training samples with data.drop_last");
+  if (spec_.parallelism.zero_stage == 0 || world_size_ == 1) {
+    ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(spec_.optimizer, model_->NamedParameters()));
   }
-  total_steps_ = spec_.steps > 0 ? spec_.steps : spec_.epochs * steps_per_epoch_;
+  RETURN_IF_ERROR(MakeLoaders());
   ASSIGN_OR_RETURN(schedule_, MakeSchedule(spec_, total_steps_));
 
-  std::shared_ptr<const data::Sampler> sampler;
-  if (spec_.data.shuffle) {
-    sampler = std::make_shared<data::RandomSampler>(n, spec_.seed);
-  } else {
-    sampler = std::make_shared<data::SequentialSampler>(n);
-  }
-  data::DataLoaderOptions loader;
-  loader.batch_size = batch;
-  loader.drop_last = spec_.data.drop_last;
-  loader.num_workers = spec_.data.num_workers;
-  loader.prefetch = spec_.data.prefetch;
-  train_loader_ = std::make_unique<data::DataLoader>(data_.train, sampler, loader);
-  if (data_.eval) {
-    data::DataLoaderOptions eval = loader;
-    eval.batch_size = spec_.eval.batch_size > 0 ? spec_.eval.batch_size : batch;
-    eval.drop_last = false;
-    eval_loader_ = std::make_unique<data::DataLoader>(
-        data_.eval, std::make_shared<data::SequentialSampler>(data_.eval->size()), eval);
-  }
-
   if (!dir.empty()) {
-    checkpoints_ = std::make_unique<CheckpointManager>(dir, spec_.checkpoint.keep_last, options_.clock);
-    if (text && !saved_vocabulary) {
+    checkpoints_ =
+        std::make_unique<CheckpointManager>(dir, spec_.checkpoint.keep_last, options_.clock);
+    if (text && !saved_vocabulary && rank_ == 0) {
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
-      if (ec) return InvalidArgumentError("checkpoint.dir: cannot create " + dir + ": " + ec.message());
+      if (ec)
+        return InvalidArgumentError("checkpoint.dir: cannot create " + dir + ": " + ec.message());
       // Written whole or not at all, like the checkpoints.
       const std::string tmp = vocabulary_path + ".tmp";
       RETURN_IF_ERROR(data_.vocabulary->Save(tmp));
@@ -191,27 +175,107 @@ Status Trainer::Init() {
       RETURN_IF_ERROR(SyncDirectory(dir));
     }
   }
-  return Restore();
+  RETURN_IF_ERROR(Restore());
+  return StartDataParallel();
+}
+
+Status Trainer::MakeLoaders() {
+  const int64_t n = data_.train->size();
+  const int64_t batch = spec_.batch_size;
+  std::shared_ptr<const data::Sampler> sampler;
+  if (world_size_ > 1) {
+    ASSIGN_OR_RETURN(sampler, data::DistributedSampler::Create(n, rank_, world_size_,
+                                                               spec_.data.shuffle, spec_.seed));
+  } else if (spec_.data.shuffle) {
+    sampler = std::make_shared<data::RandomSampler>(n, spec_.seed);
+  } else {
+    sampler = std::make_shared<data::SequentialSampler>(n);
+  }
+  // Each rank's shard has sampler->size() samples; a step takes grad_accumulation_steps
+  // micro-batches of batch_size from it.
+  const int64_t shard = sampler->size();
+  const int64_t micro = spec_.data.drop_last ? shard / batch : (shard + batch - 1) / batch;
+  steps_per_epoch_ = micro / spec_.parallelism.grad_accumulation_steps;
+  if (steps_per_epoch_ == 0) {
+    return InvalidArgumentError(
+        "batch_size = " + std::to_string(batch) + " x parallelism.grad_accumulation_steps = " +
+        std::to_string(spec_.parallelism.grad_accumulation_steps) + ": more than the " +
+        std::to_string(shard) + " training samples each of the " + std::to_string(world_size_) +
+        " rank(s) has per epoch");
+  }
+  total_steps_ = spec_.steps > 0 ? spec_.steps : spec_.epochs * steps_per_epoch_;
+  data::DataLoaderOptions loader;
+  loader.batch_size = batch;
+  loader.drop_last = spec_.data.drop_last;
+  loader.num_workers = spec_.data.num_workers;
+  loader.prefetch = spec_.data.prefetch;
+  train_loader_ = std::make_unique<data::DataLoader>(data_.train, sampler, loader);
+  if (data_.eval && rank_ == 0) {
+    data::DataLoaderOptions eval = loader;
+    eval.batch_size = spec_.eval.batch_size > 0 ? spec_.eval.batch_size : batch;
+    eval.drop_last = false;
+    eval_loader_ = std::make_unique<data::DataLoader>(
+        data_.eval, std::make_shared<data::SequentialSampler>(data_.eval->size()), eval);
+  }
+  return OkStatus();
+}
+
+// Rank r > 0 draws dropout from its own stream: the model generator's seed moved by r.
+constexpr uint64_t kRankSeedStride = 0x9E3779B97F4A7C15ull;
+
+Status Trainer::StartDataParallel() {
+  if (world_size_ > 1) {
+    gen_.SetState(gen_.seed() + kRankSeedStride * static_cast<uint64_t>(rank_), gen_.offset());
+  }
+  if (!options_.process_group) return OkStatus();
+  const spec::OptimizerSpec& o = spec_.optimizer;
+  ASSIGN_OR_RETURN(dp_, DataParallel::Create(options_.process_group, spec_.parallelism, *model_,
+                                             [&o](std::vector<optim::NamedTensor> p) {
+                                               return MakeOptimizer(o, std::move(p));
+                                             }));
+  if (dp_->zero() != nullptr && !resumed_optimizer_state_.empty()) {
+    Status s = dp_->zero()->LoadStateDict(resumed_optimizer_state_);
+    if (!s.ok()) return s.WithContext("resuming the sharded optimizer from " + resumed_from_);
+    resumed_optimizer_state_.clear();
+  }
+  return OkStatus();
+}
+
+int64_t Trainer::optimizer_state_bytes() const {
+  if (dp_ && dp_->zero()) return dp_->zero()->state_bytes();
+  return optimizer_ ? dist::OptimizerStateBytes(*optimizer_) : 0;
 }
 
 Status Trainer::Restore() {
   if (checkpoints_ && spec_.checkpoint.resume) {
     StatusOr<std::optional<std::string>> latest = checkpoints_->Latest();
-    if (!latest.ok()) return Status(latest.status().code(), "checkpoint.dir: " + std::string(latest.status().message()));
+    if (!latest.ok())
+      return Status(latest.status().code(),
+                    "checkpoint.dir: " + std::string(latest.status().message()));
     if (latest->has_value()) {
       const std::string& path = **latest;
       StatusOr<CheckpointState> state = LoadCheckpoint(path, model_.get(), optimizer_.get());
+      if (state.ok() && !optimizer_) {
+        // ZeRO-1: each rank keeps its shard of the whole state once the reducer exists.
+        StatusOr<std::vector<optim::NamedTensor>> opt = LoadOptimizerState(path);
+        if (!opt.ok())
+          state = opt.status();
+        else
+          resumed_optimizer_state_ = std::move(opt).value();
+      }
       if (!state.ok()) {
-        return Status(state.status().code(),
-                      "resuming from " + path + " (set checkpoint.resume: false or another "
-                      "checkpoint.dir to start afresh): " + std::string(state.status().message()));
+        return Status(state.status().code(), "resuming from " + path +
+                                                 " (set checkpoint.resume: false or another "
+                                                 "checkpoint.dir to start afresh): " +
+                                                 std::string(state.status().message()));
       }
       if (state->step > total_steps_) {
         return InvalidArgumentError("resuming from " + path + ": it is at step " +
                                     std::to_string(state->step) + ", past this run's " +
                                     std::to_string(total_steps_) + " steps");
       }
-      RETURN_IF_ERROR(train_loader_->Reset(state->epoch, state->position));
+      // The manifest counts samples consumed by all ranks (Note [Resharding on resume]).
+      RETURN_IF_ERROR(train_loader_->Reset(state->epoch, state->position / world_size_));
       state->default_generator.ApplyTo(&DefaultGenerator());
       auto it = state->generators.find(kModelGenerator);
       if (it != state->generators.end()) it->second.ApplyTo(&gen_);
@@ -235,15 +299,23 @@ Tensor Trainer::Loss(const Tensor& output, const Tensor& target) const {
 }
 
 Status Trainer::SaveCheckpoint(std::string* path) {
+  // A ZeRO optimizer's state is gathered from every rank; then rank 0 alone writes.
+  std::vector<optim::NamedTensor> optimizer_state;
+  if (dp_ && dp_->zero()) {
+    ASSIGN_OR_RETURN(optimizer_state, dp_->zero()->StateDict());
+  } else if (rank_ == 0) {
+    optimizer_state = optimizer_->StateDict();
+  }
+  saved_step_ = step_;
+  if (rank_ != 0) return OkStatus();
   CheckpointState state;
   state.step = step_;
   state.epoch = static_cast<int64_t>(train_loader_->epoch());
-  state.position = train_loader_->position();
+  state.position = train_loader_->position() * world_size_;
   state.default_generator = GeneratorState::Of(DefaultGenerator());
-  state.generators[kModelGenerator] = GeneratorState::Of(gen_);
+  state.generators[kModelGenerator] = GeneratorState::Of(gen_);  // rank 0's stream
   state.spec = spec::ToJson(spec_);
-  RETURN_IF_ERROR(checkpoints_->Save(*model_, optimizer_.get(), state));
-  saved_step_ = step_;
+  RETURN_IF_ERROR(checkpoints_->SaveWithOptimizerState(*model_, &optimizer_state, state));
   *path = checkpoints_->dir() + "/" + StepDirName(step_);
   last_checkpoint_ = *path;
   if (options_.on_checkpoint) options_.on_checkpoint(*path, step_);
@@ -251,7 +323,8 @@ Status Trainer::SaveCheckpoint(std::string* path) {
 }
 
 StatusOr<EvalMetrics> Trainer::Evaluate() {
-  if (!eval_loader_) return FailedPreconditionError("this job's data holds nothing out for evaluation");
+  if (!eval_loader_)
+    return FailedPreconditionError("this job's data holds nothing out for evaluation");
   const auto start = SteadyClock::now();
   const bool was_training = model_->is_training();
   model_->Eval();
@@ -292,6 +365,68 @@ StatusOr<EvalMetrics> Trainer::Evaluate() {
   return m;
 }
 
+Status Trainer::ForwardBackward(StepMetrics* m) {
+  const int64_t micro_batches = spec_.parallelism.grad_accumulation_steps;
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < micro_batches;) {
+    auto t0 = SteadyClock::now();
+    StatusOr<std::optional<data::Batch>> next = train_loader_->Next(options_.data_timeout);
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) {  // the epoch is over
+      RETURN_IF_ERROR(train_loader_->Reset(train_loader_->epoch() + 1, 0));
+      continue;
+    }
+    const data::Batch& batch = **next;
+    m->epoch = static_cast<int64_t>(train_loader_->epoch());
+    m->samples += batch.input.size(0) * world_size_;
+    m->data_seconds += SecondsSince(t0);
+
+    auto t1 = SteadyClock::now();
+    // The step's gradient is the mean over its micro-batches (and, by the reducer, ranks).
+    Tensor loss = Loss(model_->Forward(batch.input), batch.target);
+    loss_sum += loss.item();
+    if (micro_batches > 1) loss = ops::MulScalar(loss, 1.0 / static_cast<double>(micro_batches));
+    m->forward_seconds += SecondsSince(t1);
+
+    auto t2 = SteadyClock::now();
+    ++micro;
+    if (dp_) dp_->BeforeBackward(/*sync=*/micro == micro_batches);
+    RETURN_IF_ERROR(autograd::Backward(loss));
+    loss = Tensor();
+    if (dp_) RETURN_IF_ERROR(dp_->AfterBackward());
+    m->backward_seconds += SecondsSince(t2);
+  }
+  m->loss = loss_sum / static_cast<double>(micro_batches);
+  if (dp_) {
+    const dist::ReducerStats& stats = dp_->reducer().stats();
+    m->allreduce_seconds = stats.comm_seconds;
+    m->bucket_wait_seconds = stats.wait_seconds;
+    m->bus_bandwidth = stats.bus_bandwidth;
+  }
+  return OkStatus();
+}
+
+bool Trainer::StopRequested() const { return options_.stop != nullptr && options_.stop->load(); }
+
+Status Trainer::OptimizerStep(StepMetrics* m) {
+  auto t3 = SteadyClock::now();
+  m->grad_norm = std::nan("");
+  const double clip = spec_.grad_clip_norm;
+  if (dp_ && dp_->zero()) {
+    if (clip > 0) {
+      ASSIGN_OR_RETURN(m->grad_norm, dp_->zero()->ClipGradNorm(clip));
+    }
+    RETURN_IF_ERROR(dp_->zero()->Step());
+  } else {
+    if (clip > 0) m->grad_norm = optim::ClipGradNorm(params_, clip);
+    optimizer_->Step();
+    // Data parallel keeps each .grad a view into its bucket: zero it rather than drop it.
+    optimizer_->ZeroGrad(/*set_to_none=*/dp_ == nullptr);
+  }
+  m->optimizer_seconds = SecondsSince(t3);
+  return OkStatus();
+}
+
 StatusOr<TrainSummary> Trainer::Run() {
   const auto run_start = SteadyClock::now();
   TrainSummary summary;
@@ -304,50 +439,31 @@ StatusOr<TrainSummary> Trainer::Run() {
   model_->Train();
 
   while (step_ < total_steps_) {
-    // Data.
-    auto t0 = SteadyClock::now();
-    StatusOr<std::optional<data::Batch>> next = train_loader_->Next(options_.data_timeout);
-    if (!next.ok()) return next.status();
-    if (!next->has_value()) {  // the epoch is over
-      RETURN_IF_ERROR(train_loader_->Reset(train_loader_->epoch() + 1, 0));
-      continue;
-    }
-    const data::Batch& batch = **next;
+    const auto t0 = SteadyClock::now();
     StepMetrics m;
-    m.epoch = static_cast<int64_t>(train_loader_->epoch());
-    m.data_seconds = SecondsSince(t0);
-
-    // Forward and loss.
-    auto t1 = SteadyClock::now();
+    m.world_size = world_size_;
     m.lr = schedule_->LrAt(step_);
-    optimizer_->set_lr(m.lr);
-    Tensor loss = Loss(model_->Forward(batch.input), batch.target);
-    m.loss = loss.item();
-    m.forward_seconds = SecondsSince(t1);
-    if (!std::isfinite(m.loss)) {
-      return FailedPreconditionError(
-          "training diverged: the loss is " + std::to_string(m.loss) + " at step " +
-          std::to_string(step_ + 1) + " (lower the learning rate or set grad_clip_norm)");
+    if (optimizer_) optimizer_->set_lr(m.lr);
+    if (dp_ && dp_->zero()) dp_->zero()->set_lr(m.lr);
+    RETURN_IF_ERROR(ForwardBackward(&m));
+    // Ranks must stop at the same step: with data parallelism the request counts once every
+    // rank has seen it through the step's agreement.
+    std::optional<bool> agreed_stop;
+    if (dp_) {
+      ASSIGN_OR_RETURN(DataParallel::Agreement agreed, dp_->AgreeOnStep(m.loss, StopRequested()));
+      m.loss = agreed.mean_loss;
+      agreed_stop = agreed.stop;
     }
-
-    // Backward.
-    auto t2 = SteadyClock::now();
-    RETURN_IF_ERROR(autograd::Backward(loss));
-    loss = Tensor();
-    m.backward_seconds = SecondsSince(t2);
-
-    // Optimizer.
-    auto t3 = SteadyClock::now();
-    m.grad_norm = std::nan("");
-    if (spec_.grad_clip_norm > 0) m.grad_norm = optim::ClipGradNorm(params_, spec_.grad_clip_norm);
-    optimizer_->Step();
-    optimizer_->ZeroGrad();
-    m.optimizer_seconds = SecondsSince(t3);
+    if (!std::isfinite(m.loss)) {
+      return FailedPreconditionError("training diverged: the loss is " + std::to_string(m.loss) +
+                                     " at step " + std::to_string(step_ + 1) +
+                                     " (lower the learning rate or set grad_clip_norm)");
+    }
+    RETURN_IF_ERROR(OptimizerStep(&m));
 
     ++step_;
     m.step = step_;
     m.total_steps = total_steps_;
-    m.samples = batch.input.size(0);
     m.tokens = m.samples * data_.tokens_per_sample;
     const double seconds = SecondsSince(t0);
     m.samples_per_second = static_cast<double>(m.samples) / seconds;
@@ -357,13 +473,13 @@ StatusOr<TrainSummary> Trainer::Run() {
     recent_losses.push_back(m.loss);
     if (recent_losses.size() > kFinalLossWindow) recent_losses.pop_front();
     if (options_.on_step) options_.on_step(m);
+    const bool stop = agreed_stop ? *agreed_stop : StopRequested();
 
     if (eval_loader_ && spec_.eval.every_steps > 0 && step_ % spec_.eval.every_steps == 0 &&
         step_ < total_steps_) {
       ASSIGN_OR_RETURN(summary.eval, Evaluate());
       last_eval_step = step_;
     }
-    const bool stop = options_.stop != nullptr && options_.stop->load();
     if (checkpoints_ && spec_.checkpoint.every_steps > 0 &&
         step_ % spec_.checkpoint.every_steps == 0 && !stop) {
       std::string path;
@@ -383,15 +499,17 @@ StatusOr<TrainSummary> Trainer::Run() {
     RETURN_IF_ERROR(SaveCheckpoint(&path));
   }
   summary.steps = step_;
+  summary.world_size = world_size_;
+  summary.optimizer_state_bytes = optimizer_state_bytes();
   summary.checkpoint = last_checkpoint_;
   summary.seconds = SecondsSince(run_start);
   summary.final_train_loss =
-      recent_losses.empty()
-          ? std::nan("")
-          : std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
-                static_cast<double>(recent_losses.size());
+      recent_losses.empty() ? std::nan("")
+                            : std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
+                                  static_cast<double>(recent_losses.size());
   summary.samples_per_second = static_cast<double>(samples_this_run) / summary.seconds;
-  summary.tokens_per_second = summary.samples_per_second * static_cast<double>(data_.tokens_per_sample);
+  summary.tokens_per_second =
+      summary.samples_per_second * static_cast<double>(data_.tokens_per_sample);
   return summary;
 }
 

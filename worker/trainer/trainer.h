@@ -4,10 +4,22 @@
 //            then, when checkpoint.dir holds a checkpoint and checkpoint.resume is on, restore
 //            it (weights, optimizer, step, data position, generators); otherwise load
 //            checkpoint.init_from's weights when set.
-//   Run:     until the step count (steps, or epochs x batches per epoch):
-//              data (next batch) -> forward + loss -> backward -> clip, lr, step, zero_grad
+//   Run:     until the step count (steps, or epochs x steps per epoch), each step:
+//              grad_accumulation_steps x (data -> forward + loss -> backward)
+//              -> clip, lr, step, zero_grad
 //            evaluating every eval.every_steps and at the end, checkpointing every
 //            checkpoint.every_steps, at the end and when stopped.
+//
+// With TrainerOptions::process_group this process is one rank of a data-parallel run
+// (data_parallel.h): it reads its DistributedSampler shard, the reducer averages gradients
+// during backward, the ranks agree on the loss and on stopping every step, rank 0 writes
+// checkpoints and evaluates. N ranks with batch b train like one process with batch N x b.
+//
+// Note [Resharding on resume]: the manifest's position counts samples consumed by all ranks
+// in the epoch (local position x world size); a run resumed with world size M restarts each
+// rank at position / M of its new shard. With the same M the resume is exact; with another M
+// it is exact when position is a multiple of M (else up to M - 1 samples repeat). Weights and
+// optimizer state (ZeRO shards gathered into the unsharded form) do not depend on M.
 //
 // Note [Exact resume]: a run stopped after step k and resumed gives the same losses, bit for
 // bit, as one that never stopped (at the same thread count). Everything a step depends on is
@@ -33,6 +45,7 @@
 #include "worker/optim/schedule.h"
 #include "worker/tensor/generator.h"
 #include "worker/trainer/checkpoint.h"
+#include "worker/trainer/data_parallel.h"
 #include "worker/trainer/job_data.h"
 
 namespace trainyard::trainer {
@@ -54,30 +67,39 @@ struct StepMetrics {
   double forward_seconds = 0;    // model and loss
   double backward_seconds = 0;   // autograd
   double optimizer_seconds = 0;  // clipping, the update and zero_grad
+  // Data parallelism (zero with one rank). samples and tokens above count every rank's
+  // micro-batches of the step; loss is their mean over ranks.
+  int world_size = 1;
+  double allreduce_seconds = 0;    // gradient collectives' running time, summed over buckets
+  double bucket_wait_seconds = 0;  // waiting for buckets after backward ended (not hidden)
+  double bus_bandwidth = 0;        // gradient all-reduce bus bandwidth, bytes/s
 };
 
 // One pass over (at most eval.max_batches of) the held-out split, in evaluation mode.
 struct EvalMetrics {
-  int64_t step = 0;       // steps completed when it ran
-  double loss = 0;        // mean cross-entropy per sample (per token for text)
-  double accuracy = 0;    // fraction of samples (tokens) whose arg-max is the target
-  int64_t samples = 0;    // samples evaluated
+  int64_t step = 0;     // steps completed when it ran
+  double loss = 0;      // mean cross-entropy per sample (per token for text)
+  double accuracy = 0;  // fraction of samples (tokens) whose arg-max is the target
+  int64_t samples = 0;  // samples evaluated
   double seconds = 0;
 };
 
 struct TrainSummary {
-  std::string name;              // spec.name
-  int64_t steps = 0;             // steps completed, counting those before a resume
-  int64_t total_steps = 0;       // the run's length
-  int64_t steps_this_run = 0;    // steps this process took
-  double final_train_loss = 0;   // mean loss of this process's last (up to) 50 steps; NaN if none
-  std::optional<EvalMetrics> eval;    // the last evaluation; nullopt without a held-out split
-  double seconds = 0;                 // wall time of Run
-  double samples_per_second = 0;      // over this run's steps (all phases)
+  std::string name;             // spec.name
+  int64_t steps = 0;            // steps completed, counting those before a resume
+  int64_t total_steps = 0;      // the run's length
+  int64_t steps_this_run = 0;   // steps this process took
+  double final_train_loss = 0;  // mean loss of this process's last (up to) 50 steps; NaN if none
+  std::optional<EvalMetrics> eval;  // the last evaluation; nullopt without a held-out split
+  double seconds = 0;               // wall time of Run
+  double samples_per_second = 0;    // over this run's steps (all phases)
   double tokens_per_second = 0;
-  std::string checkpoint;             // the last checkpoint written or restored; "" when none
-  std::string resumed_from;           // the checkpoint this run resumed from; "" when none
-  bool interrupted = false;           // stopped by TrainerOptions::stop before the end
+  std::string checkpoint;    // the last checkpoint written or restored; "" when none
+  std::string resumed_from;  // the checkpoint this run resumed from; "" when none
+  bool interrupted = false;  // stopped by TrainerOptions::stop before the end
+  int world_size = 1;        // ranks that trained together
+  // Optimizer state held by this rank (moments, momentum; a 1/world_size share with ZeRO-1).
+  int64_t optimizer_state_bytes = 0;
 };
 
 struct TrainerOptions {
@@ -92,6 +114,9 @@ struct TrainerOptions {
   const Clock* clock = nullptr;
   // Longest wait for one batch from the data loader.
   std::chrono::nanoseconds data_timeout = std::chrono::minutes(5);
+  // This process's group when it is one rank of spec.parallelism.world_size (null: one
+  // process). Rank 0 writes checkpoints and evaluates; every rank reads its data shard.
+  std::shared_ptr<dist::ProcessGroup> process_group;
 };
 
 class Trainer {
@@ -115,7 +140,8 @@ class Trainer {
   const spec::JobSpec& spec() const { return spec_; }
   const JobData& data() const { return data_; }
   nn::Module& model() { return *model_; }
-  optim::Optimizer& optimizer() { return *optimizer_; }
+  // Bytes of optimizer state this rank holds (a 1/world_size share with ZeRO-1).
+  int64_t optimizer_state_bytes() const;
   int64_t num_parameters() const { return num_parameters_; }  // tied weights counted once
   int64_t step() const { return step_; }
   int64_t total_steps() const { return total_steps_; }
@@ -126,7 +152,13 @@ class Trainer {
  private:
   Trainer(spec::JobSpec spec, TrainerOptions options);
   Status Init();
+  Status MakeLoaders();
   Status Restore();
+  Status StartDataParallel();
+  // Forward and backward over the step's micro-batches; fills loss, epoch, samples and times.
+  Status ForwardBackward(StepMetrics* m);
+  Status OptimizerStep(StepMetrics* m);
+  bool StopRequested() const;
   Status SaveCheckpoint(std::string* path);
   // The mean loss of a batch: cross-entropy over the last dimension of the model's output.
   Tensor Loss(const Tensor& output, const Tensor& target) const;
@@ -137,7 +169,10 @@ class Trainer {
   JobData data_;
   std::shared_ptr<nn::Module> model_;
   std::vector<Tensor> params_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;  // null with ZeRO-1 (dp_->zero() instead)
+  std::unique_ptr<DataParallel> dp_;             // null in a one-process run
+  int rank_ = 0;
+  int world_size_ = 1;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> eval_loader_;
@@ -149,6 +184,7 @@ class Trainer {
   int64_t saved_step_ = -1;  // step of the newest checkpoint on disk for this run
   std::string last_checkpoint_;
   std::string resumed_from_;
+  std::vector<optim::NamedTensor> resumed_optimizer_state_;  // for ZeRO, loaded after dp_ starts
 };
 
 }  // namespace trainyard::trainer

@@ -1,0 +1,59 @@
+#include "worker/trainer/data_parallel.h"
+
+#include "worker/tensor/factories.h"
+
+namespace trainyard::trainer {
+
+DType CompressionDType(const std::string& name) {
+  if (name == "bf16") return DType::kBFloat16;
+  if (name == "fp16") return DType::kFloat16;
+  return DType::kFloat32;
+}
+
+StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
+    std::shared_ptr<dist::ProcessGroup> group, const spec::ParallelismSpec& spec, nn::Module& model,
+    const dist::ZeroOptimizer::OptimizerFactory& make_optimizer) {
+  if (group->size() != spec.world_size) {
+    return InvalidArgumentError("parallelism.world_size is " + std::to_string(spec.world_size) +
+                                " but the process group has " + std::to_string(group->size()) +
+                                " ranks");
+  }
+  std::unique_ptr<DataParallel> dp(new DataParallel());
+  dp->group_ = std::move(group);
+  // Every rank starts from rank 0's weights (and batch-norm statistics).
+  nn::NamedTensors all = model.NamedParameters();
+  for (auto& b : model.NamedBuffers()) all.push_back(b);
+  Status s = dist::BroadcastFromRank0(*dp->group_, all);
+  if (!s.ok()) return s.WithContext("broadcasting the initial weights from rank 0");
+
+  dist::ReducerOptions options;
+  options.bucket_bytes = static_cast<int64_t>(spec.bucket_size_mb * (1 << 20));
+  options.first_bucket_bytes = static_cast<int64_t>(spec.first_bucket_size_mb * (1 << 20));
+  options.find_unused_parameters = spec.find_unused_parameters;
+  options.compression = CompressionDType(spec.grad_compression);
+  options.shard_gradients = spec.zero_stage == 1;
+  ASSIGN_OR_RETURN(dp->reducer_,
+                   dist::Reducer::Create(model.NamedParameters(), dp->group_, options));
+  if (spec.zero_stage == 1) {
+    ASSIGN_OR_RETURN(dp->zero_, dist::ZeroOptimizer::Create(dp->reducer_.get(), make_optimizer));
+  }
+  return dp;
+}
+
+void DataParallel::BeforeBackward(bool sync) {
+  reducer_->set_sync(sync);
+  reducer_->Prepare();
+}
+
+Status DataParallel::AfterBackward() { return reducer_->Finish(); }
+
+StatusOr<DataParallel::Agreement> DataParallel::AgreeOnStep(double loss, bool stop) {
+  Tensor t = Zeros(Shape{2}, Options(DType::kFloat64));
+  t.data<double>()[0] = loss;
+  t.data<double>()[1] = stop ? 1 : 0;
+  std::shared_ptr<dist::Work> work = group_->AllReduce(t, dist::ReduceOp::kSum);
+  RETURN_IF_ERROR(dist::WaitFor(*group_, *work));
+  return Agreement{t.data<double>()[0] / group_->size(), t.data<double>()[1] > 0};
+}
+
+}  // namespace trainyard::trainer

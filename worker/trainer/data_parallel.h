@@ -1,0 +1,58 @@
+// DataParallel: what the Trainer adds when it is one rank of several (spec.parallelism).
+//
+//   Create     broadcasts rank 0's parameters and buffers, builds the Reducer (bucket sizes,
+//              compression, unused parameters from the spec) and, for zero_stage 1, the
+//              ZeroOptimizer in place of a whole optimizer.
+//   per step   Prepare/Finish around each backward (only the last micro-batch of a step
+//              synchronises); AgreeOnStep averages the loss over ranks and makes every rank stop
+//              at the same step when any of them was asked to (one 16-byte all-reduce).
+//
+// Every rank trains the same model on its shard of the data (DistributedSampler), so after the
+// averaged gradients are applied the weights are identical everywhere; only rank 0 writes
+// checkpoints and evaluates.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "proto/job_spec.h"
+#include "worker/dist/reducer.h"
+#include "worker/dist/zero.h"
+#include "worker/nn/module.h"
+
+namespace trainyard::trainer {
+
+class DataParallel {
+ public:
+  static StatusOr<std::unique_ptr<DataParallel>> Create(
+      std::shared_ptr<dist::ProcessGroup> group, const spec::ParallelismSpec& spec,
+      nn::Module& model, const dist::ZeroOptimizer::OptimizerFactory& make_optimizer);
+
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
+  dist::ProcessGroup& group() { return *group_; }
+  dist::Reducer& reducer() { return *reducer_; }
+  // Non-null for zero_stage 1.
+  dist::ZeroOptimizer* zero() { return zero_.get(); }
+
+  // Around one backward; `sync` is false for all but a step's last micro-batch.
+  void BeforeBackward(bool sync);
+  Status AfterBackward();
+
+  struct Agreement {
+    double mean_loss = 0;  // over ranks
+    bool stop = false;     // some rank was asked to stop
+  };
+  StatusOr<Agreement> AgreeOnStep(double loss, bool stop);
+
+ private:
+  DataParallel() = default;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  std::unique_ptr<dist::Reducer> reducer_;
+  std::unique_ptr<dist::ZeroOptimizer> zero_;
+};
+
+// The compression dtype named by parallelism.grad_compression ("none", "bf16", "fp16").
+DType CompressionDType(const std::string& name);
+
+}  // namespace trainyard::trainer
