@@ -32,18 +32,18 @@ using std::chrono::milliseconds;
 
 constexpr const char* kDyingRankEnv = "TY_DIST_TEST_DYING_RANK";
 
-double SecondsSince(Clock::time_point t0) {
+[[maybe_unused]] double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 // A tensor of `n` elements of `dtype` with t[i] = f(i).
-Tensor Make(DType dtype, int64_t n, const std::function<double(int64_t)>& f) {
+[[maybe_unused]] Tensor Make(DType dtype, int64_t n, const std::function<double(int64_t)>& f) {
   std::vector<double> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = f(i);
   return ConvertTo(FromVector(v), dtype, /*force_copy=*/true);
 }
 
-std::vector<double> Values(const Tensor& t) {
+[[maybe_unused]] std::vector<double> Values(const Tensor& t) {
   return ToVector<double>(ConvertTo(t, DType::kFloat64, true));
 }
 
