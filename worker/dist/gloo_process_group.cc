@@ -47,7 +47,6 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
-#include <type_traits>
 
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
@@ -59,10 +58,16 @@
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/types.h"
+#include "worker/dist/gloo_internal.h"
+#include "worker/dist/gloo_reduce.h"
 
 namespace trainyard::dist {
 namespace {
 
+using internal::DivideBy;
+using internal::Keep;
+using internal::kExchangeSlotPrefix;
+using internal::Mod;
 using internal::ReduceFn;
 using std::chrono::milliseconds;
 
@@ -72,9 +77,6 @@ constexpr size_t kChunkedSegmentBytes = 256 << 10;
 // Two ranks exchange whole tensors up to this size (Note [Gloo algorithms]), in segments.
 constexpr size_t kExchangeMaxBytes = 4 << 20;
 constexpr size_t kExchangeSegmentBytes = 1 << 20;
-// Gloo uses slot prefixes 0x01..0x08 for its collectives; ours stay clear of them.
-constexpr uint8_t kReduceScatterSlotPrefix = 0x20;
-constexpr uint8_t kExchangeSlotPrefix = 0x21;
 
 // Our Store seen as Gloo's: Gloo wants exceptions, so failures throw gloo::IoException and the
 // first one is kept to be returned as a Status.
@@ -116,129 +118,6 @@ class StoreAdapter final : public gloo::rendezvous::Store {
 // the connections are closed and the device's I/O thread has stopped. The scratch buffer that
 // gloo::allreduce allocates itself is freed by Gloo as it unwinds; ThreadSanitizer reports that
 // race inside libgloo when a peer dies mid ring all-reduce, and only Gloo can fix it.
-template <typename T, typename... Args>
-std::shared_ptr<T> Keep(GlooProcessGroup::KeepAlive& keep, Args&&... args) {
-  auto p = std::make_shared<T>(std::forward<Args>(args)...);
-  keep.push_back(p);
-  return p;
-}
-
-// ---- Reduce functions (internal::GetReduceFn) ----
-
-template <typename T>
-void SumFn(void* out, const void* a, const void* b, size_t n) {
-  T* o = static_cast<T*>(out);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  if (o == x) {  // Gloo's ring always reduces into its first input
-    T* __restrict oo = o;
-    const T* __restrict yy = y;
-    for (size_t i = 0; i < n; ++i) oo[i] += yy[i];
-  } else {
-    for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-  }
-}
-
-template <typename T>
-inline bool IsNan(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return v != v;
-  } else {
-    return false;
-  }
-}
-
-template <typename T>
-void MaxFn(void* out, const void* a, const void* b, size_t n) {
-  T* o = static_cast<T*>(out);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  // NaN wins, as in torch.maximum.
-  for (size_t i = 0; i < n; ++i) o[i] = (y[i] > x[i] || IsNan(y[i])) ? y[i] : x[i];
-}
-
-inline float Bf16ToFloat(uint16_t v) {
-  const uint32_t u = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-// Branch-free ToBFloat16 (kernels/cpu/half.h), so the loops below vectorise.
-inline uint16_t FloatToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
-void Bf16SumFn(void* out, const void* a, const void* b, size_t n) {
-  uint16_t* o = static_cast<uint16_t*>(out);
-  const uint16_t* x = static_cast<const uint16_t*>(a);
-  const uint16_t* y = static_cast<const uint16_t*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = FloatToBf16(Bf16ToFloat(x[i]) + Bf16ToFloat(y[i]));
-}
-
-void Bf16MaxFn(void* out, const void* a, const void* b, size_t n) {
-  uint16_t* o = static_cast<uint16_t*>(out);
-  const uint16_t* x = static_cast<const uint16_t*>(a);
-  const uint16_t* y = static_cast<const uint16_t*>(b);
-  for (size_t i = 0; i < n; ++i) {
-    const float fx = Bf16ToFloat(x[i]), fy = Bf16ToFloat(y[i]);
-    o[i] = (fy > fx || fy != fy) ? y[i] : x[i];
-  }
-}
-
-void HalfSumFn(void* out, const void* a, const void* b, size_t n) {
-  Half* o = static_cast<Half*>(out);
-  const Half* x = static_cast<const Half*>(a);
-  const Half* y = static_cast<const Half*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = ToHalf(ToFloat(x[i]) + ToFloat(y[i]));
-}
-
-void HalfMaxFn(void* out, const void* a, const void* b, size_t n) {
-  Half* o = static_cast<Half*>(out);
-  const Half* x = static_cast<const Half*>(a);
-  const Half* y = static_cast<const Half*>(b);
-  for (size_t i = 0; i < n; ++i) {
-    const float fx = ToFloat(x[i]), fy = ToFloat(y[i]);
-    o[i] = (fy > fx || fy != fy) ? y[i] : x[i];
-  }
-}
-
-// t /= n in place (the second half of an average). int64 divides and truncates toward zero.
-void DivideBy(const Tensor& t, int n) {
-  const int64_t count = t.numel();
-  switch (t.dtype()) {
-    case DType::kFloat32: {
-      float* p = t.data<float>();
-      for (int64_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
-      break;
-    }
-    case DType::kFloat64: {
-      double* p = t.data<double>();
-      for (int64_t i = 0; i < count; ++i) p[i] /= n;
-      break;
-    }
-    case DType::kInt64: {
-      int64_t* p = t.data<int64_t>();
-      for (int64_t i = 0; i < count; ++i) p[i] /= n;
-      break;
-    }
-    case DType::kBFloat16: {
-      uint16_t* p = static_cast<uint16_t*>(t.raw_data());
-      for (int64_t i = 0; i < count; ++i) p[i] = FloatToBf16(Bf16ToFloat(p[i]) / n);
-      break;
-    }
-    case DType::kFloat16: {
-      Half* p = t.data<Half>();
-      for (int64_t i = 0; i < count; ++i) p[i] = ToHalf(ToFloat(p[i]) / n);
-      break;
-    }
-    default:
-      TY_CHECK(false) << "DivideBy on " << DTypeName(t.dtype());
-  }
-}
 
 // ---- Validation and names ----
 
@@ -260,8 +139,6 @@ Status CheckTensor(const char* what, const Tensor& t) {
 std::string Describe(const Tensor& t) {
   return t.defined() ? std::to_string(t.numel()) + " " + DTypeName(t.dtype()) : "undefined";
 }
-
-int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Gloo's messages carry "[/path/file.cc:123] " prefixes (GLOO_ERROR_MSG); people need the rest.
 std::string CleanGlooText(const std::string& text) {
@@ -790,61 +667,4 @@ void GlooProcessGroup::PairExchangeAllReduce(void* data, size_t elems, size_t el
   }
 }
 
-void GlooProcessGroup::RingReduceScatter(void* out, const void* in, size_t chunk_elems,
-                                         size_t elem_size, ReduceFn reduce, uint32_t tag,
-                                         KeepAlive& keep) {
-  // Note [Gloo algorithms]. in: (size() chunks of chunk_elems); out: (chunk_elems).
-  const int n = size(), r = rank();
-  const size_t bytes = chunk_elems * elem_size;
-  const char* src = static_cast<const char*>(in);
-  if (n == 1) {
-    std::memcpy(out, in, bytes);
-    return;
-  }
-  const int right = Mod(r + 1, n), left = Mod(r - 1, n);
-  // Two partial sums (one in flight while the next is computed) and the receive buffer.
-  char* scratch = Keep<std::vector<char>>(keep, 3 * bytes)->data();
-  auto* input = KeepBuffer(keep, const_cast<void*>(in), n * bytes);
-  gloo::transport::UnboundBuffer* partial[2] = {KeepBuffer(keep, scratch, bytes),
-                                                KeepBuffer(keep, scratch + bytes, bytes)};
-  auto* recv = KeepBuffer(keep, scratch + 2 * bytes, bytes);
-  const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
-  const auto timeout = options_.timeout;
-  for (int s = 0; s < n - 1; ++s) {
-    const int recv_chunk = Mod(r - s - 2, n);
-    gloo::transport::UnboundBuffer* sending = s == 0 ? input : partial[s % 2];
-    recv->recv(left, slot);
-    if (s == 0) {
-      input->send(right, slot, Mod(r - 1, n) * bytes, bytes);
-    } else {
-      sending->send(right, slot);
-    }
-    if (!recv->waitRecv(timeout)) throw gloo::IoException("recv operation aborted");
-    void* dst = s == n - 2 ? out : partial[(s + 1) % 2]->ptr;
-    reduce(dst, recv->ptr, src + recv_chunk * bytes, chunk_elems);
-    if (!sending->waitSend(timeout)) throw gloo::IoException("send operation aborted");
-  }
-}
-
-namespace internal {
-
-ReduceFn GetReduceFn(DType dtype, ReduceOp op) {
-  const bool max = op == ReduceOp::kMax;
-  switch (dtype) {
-    case DType::kFloat32:
-      return max ? &MaxFn<float> : &SumFn<float>;
-    case DType::kFloat64:
-      return max ? &MaxFn<double> : &SumFn<double>;
-    case DType::kInt64:
-      return max ? &MaxFn<int64_t> : &SumFn<int64_t>;
-    case DType::kBFloat16:
-      return max ? &Bf16MaxFn : &Bf16SumFn;
-    case DType::kFloat16:
-      return max ? &HalfMaxFn : &HalfSumFn;
-    default:
-      return nullptr;
-  }
-}
-
-}  // namespace internal
 }  // namespace trainyard::dist

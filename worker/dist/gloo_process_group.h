@@ -106,7 +106,7 @@ class GlooProcessGroup final : public ProcessGroup {
   void PairExchangeAllReduce(void* data, size_t elems, size_t elem_size,
                              void (*reduce)(void*, const void*, const void*, size_t), uint32_t tag,
                              KeepAlive& keep);
-  // The ring reduce-scatter (Note [Gloo algorithms]).
+  // The ring reduce-scatter (Note [Gloo algorithms]; in gloo_reduce_scatter.cc).
   void RingReduceScatter(void* out, const void* in, size_t chunk_elems, size_t elem_size,
                          void (*reduce)(void*, const void*, const void*, size_t), uint32_t tag,
                          KeepAlive& keep);
@@ -129,13 +129,5 @@ class GlooProcessGroup final : public ProcessGroup {
   std::vector<std::shared_ptr<void>> parked_;
   std::thread thread_;
 };
-
-namespace internal {
-// The element-wise reduction Gloo calls: out[i] = a[i] (op) b[i] for n elements; `out` may be
-// `a`. 16-bit floats are reduced in float32 and rounded to nearest even. Null for a dtype
-// all-reduce does not support. Average reduces as sum (the group divides afterwards).
-using ReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);
-ReduceFn GetReduceFn(DType dtype, ReduceOp op);
-}  // namespace internal
 
 }  // namespace trainyard::dist

@@ -22,6 +22,7 @@
 
 #ifdef TY_HAVE_GLOO
 #include "worker/dist/gloo_process_group.h"
+#include "worker/dist/gloo_reduce.h"
 #endif
 
 namespace trainyard::dist {

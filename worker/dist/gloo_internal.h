@@ -1,0 +1,29 @@
+// Helpers shared by the files of GlooProcessGroup (gloo_process_group.cc,
+// gloo_reduce_scatter.cc). Internal to the backend; compiled only with Gloo (TY_HAVE_GLOO).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "worker/dist/gloo_process_group.h"
+
+namespace trainyard::dist::internal {
+
+// Gloo uses slot prefixes 0x01..0x08 for its collectives; ours stay clear of them.
+inline constexpr uint8_t kReduceScatterSlotPrefix = 0x20;
+inline constexpr uint8_t kExchangeSlotPrefix = 0x21;
+
+// A new T(args...) that lives as long as `keep` (Note [Parking a failed op] in
+// gloo_process_group.cc).
+template <typename T, typename... Args>
+std::shared_ptr<T> Keep(GlooProcessGroup::KeepAlive& keep, Args&&... args) {
+  auto p = std::make_shared<T>(std::forward<Args>(args)...);
+  keep.push_back(p);
+  return p;
+}
+
+// a mod n in [0, n), also for negative a.
+inline int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace trainyard::dist::internal
