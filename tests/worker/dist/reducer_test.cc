@@ -7,6 +7,7 @@
 #include <functional>
 #include <thread>
 
+#include "tests/testing/dist.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/hooks.h"
 #include "worker/ops/activation.h"
@@ -25,24 +26,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Runs fn(rank, group) on `n` threads, each rank with its own Gloo group.
-void RunRanks(int n, const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn) {
-  auto server = TcpStoreServer::Start();
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      auto store = TcpStore::Connect((*server)->address(), std::chrono::seconds(5));
-      ASSERT_TRUE(store.ok()) << store.status();
-      ProcessGroupOptions options;
-      options.timeout = std::chrono::seconds(10);
-      auto group = CreateProcessGroup("gloo", *store, r, n, options);
-      ASSERT_TRUE(group.ok()) << group.status();
-      fn(r, std::shared_ptr<ProcessGroup>(std::move(*group)));
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
+using trainyard::testing::RunRanks;
 
 // A two-layer perceptron whose weights are the same on every rank (seeded).
 struct TinyNet {

@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "tests/testing/dist.h"
 #include "worker/autograd/engine.h"
 #include "worker/ops/elementwise.h"
 #include "worker/ops/linalg.h"
@@ -22,23 +23,7 @@
 namespace trainyard::dist {
 namespace {
 
-void RunRanks(int n, const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn) {
-  auto server = TcpStoreServer::Start();
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      auto store = TcpStore::Connect((*server)->address(), std::chrono::seconds(5));
-      ASSERT_TRUE(store.ok()) << store.status();
-      ProcessGroupOptions options;
-      options.timeout = std::chrono::seconds(10);
-      auto group = CreateProcessGroup("gloo", *store, r, n, options);
-      ASSERT_TRUE(group.ok()) << group.status();
-      fn(r, std::shared_ptr<ProcessGroup>(std::move(*group)));
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
+using trainyard::testing::RunRanks;
 
 // Three parameters of odd sizes, the same on every rank.
 std::vector<NamedTensor> MakeParams() {
