@@ -1,9 +1,10 @@
-// Helpers shared by the files of GlooProcessGroup (gloo_process_group.cc,
+// Helpers shared by the files of GlooProcessGroup (gloo_process_group.cc, gloo_connect.cc,
 // gloo_reduce_scatter.cc). Internal to the backend; compiled only with Gloo (TY_HAVE_GLOO).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "worker/dist/gloo_process_group.h"
@@ -25,5 +26,14 @@ std::shared_ptr<T> Keep(GlooProcessGroup::KeepAlive& keep, Args&&... args) {
 
 // a mod n in [0, n), also for negative a.
 inline int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Gloo's messages carry "[/path/file.cc:123] " prefixes (GLOO_ERROR_MSG); people need the rest.
+// (gloo_process_group.cc)
+std::string CleanGlooText(const std::string& text);
+
+// Whether `text` contains `what`.
+inline bool Contains(const std::string& text, const char* what) {
+  return text.find(what) != std::string::npos;
+}
 
 }  // namespace trainyard::dist::internal

@@ -28,35 +28,23 @@
 // Note [Naming the peer]
 // Gloo's exceptions say what failed but not which rank: a timeout says "for recv operation" or
 // "for send operation", and a broken connection names an address of the peer. Ring ops
-// know whom they receive from and send to (Peers). For addresses, MapPeerAddresses collects
-// after connecting every address Gloo may print for each peer, so the address in a message maps
-// back to a rank. A group of two always names the other rank.
+// know whom they receive from and send to (Peers). For addresses, MapPeerAddresses
+// (gloo_connect.cc) collects after connecting every address Gloo may print for each peer, so the
+// address in a message maps back to a rank. A group of two always names the other rank.
 #include "worker/dist/gloo_process_group.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cctype>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <map>
-#include <sstream>
 
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
 #include "gloo/common/error.h"
-#include "gloo/common/logging.h"
-#include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/store.h"
-#include "gloo/transport/tcp/device.h"
+#include "gloo/context.h"
 #include "gloo/types.h"
 #include "worker/dist/gloo_internal.h"
 #include "worker/dist/gloo_reduce.h"
@@ -64,12 +52,13 @@
 namespace trainyard::dist {
 namespace {
 
+using internal::CleanGlooText;
+using internal::Contains;
 using internal::DivideBy;
 using internal::Keep;
 using internal::kExchangeSlotPrefix;
 using internal::Mod;
 using internal::ReduceFn;
-using std::chrono::milliseconds;
 
 // Segment caps for the ring all-reduce (Note [Gloo algorithms]).
 constexpr size_t kRingSegmentBytes = 4 << 20;
@@ -77,38 +66,6 @@ constexpr size_t kChunkedSegmentBytes = 256 << 10;
 // Two ranks exchange whole tensors up to this size (Note [Gloo algorithms]), in segments.
 constexpr size_t kExchangeMaxBytes = 4 << 20;
 constexpr size_t kExchangeSegmentBytes = 1 << 20;
-
-// Our Store seen as Gloo's: Gloo wants exceptions, so failures throw gloo::IoException and the
-// first one is kept to be returned as a Status.
-class StoreAdapter final : public gloo::rendezvous::Store {
- public:
-  StoreAdapter(std::shared_ptr<dist::Store> store, milliseconds timeout)
-      : store_(std::move(store)), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    Check(store_->Set(key, std::string(data.begin(), data.end())));
-  }
-  std::vector<char> get(const std::string& key) override {
-    StatusOr<std::string> v = store_->Get(key, timeout_);
-    Check(v.status());
-    return std::vector<char>(v->begin(), v->end());
-  }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
-    Check(store_->Wait(keys, timeout.count() > 0 ? timeout : timeout_));
-  }
-  const Status& error() const { return error_; }
-
- private:
-  void Check(const Status& st) {
-    if (st.ok()) return;
-    if (error_.ok()) error_ = st;
-    throw gloo::IoException(st.ToString());
-  }
-  std::shared_ptr<dist::Store> store_;
-  milliseconds timeout_;
-  Status error_;
-};
 
 // Note [Parking a failed op]
 // When a peer fails, Gloo's I/O thread may still be signalling, or even filling, the buffers of
@@ -140,7 +97,10 @@ std::string Describe(const Tensor& t) {
   return t.defined() ? std::to_string(t.numel()) + " " + DTypeName(t.dtype()) : "undefined";
 }
 
-// Gloo's messages carry "[/path/file.cc:123] " prefixes (GLOO_ERROR_MSG); people need the rest.
+}  // namespace
+
+namespace internal {
+
 std::string CleanGlooText(const std::string& text) {
   std::string out;
   size_t pos = 0;
@@ -162,204 +122,9 @@ std::string CleanGlooText(const std::string& text) {
   return out;
 }
 
-bool Contains(const std::string& text, const char* what) {
-  return text.find(what) != std::string::npos;
-}
+}  // namespace internal
 
-// ---- Connecting ----
-
-std::string ListenHost(const ProcessGroupOptions& options, const Store& store) {
-  if (!options.hostname.empty()) return options.hostname;
-  std::string hint = store.LocalAddressHint();
-  if (!hint.empty()) return hint;
-  char name[256] = {0};
-  if (::gethostname(name, sizeof(name) - 1) == 0) {
-    addrinfo* res = nullptr;
-    if (::getaddrinfo(name, nullptr, nullptr, &res) == 0) {
-      ::freeaddrinfo(res);
-      return name;
-    }
-  }
-  return "127.0.0.1";
-}
-
-// Every rank sets "joined/<rank>" and waits for all; DeadlineExceeded names who never came.
-Status Join(Store& store, int rank, int size, milliseconds timeout) {
-  RETURN_IF_ERROR(store.Set("joined/" + std::to_string(rank), "1")
-                      .WithContext("gloo: rank " + std::to_string(rank) + " joining the group"));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back("joined/" + std::to_string(r));
-  Status st = store.Wait(keys, timeout);
-  if (st.ok() || st.code() != StatusCode::kDeadlineExceeded) {
-    return st.WithContext("gloo: rank " + std::to_string(rank) + " waiting for the group");
-  }
-  std::string missing;
-  int count = 0;
-  for (int r = 0; r < size; ++r) {
-    if (store.Get(keys[r], milliseconds(0)).ok()) continue;
-    missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    ++count;
-  }
-  return DeadlineExceededError("gloo: rank" + std::string(count == 1 ? " " : "s ") + missing +
-                               " never joined the group of " + std::to_string(size) + " within " +
-                               FormatDuration(timeout) + " (seen from rank " +
-                               std::to_string(rank) +
-                               "); check that every rank started and uses the same store");
-}
-
-// "[127.0.0.1]:41234" from Gloo's address strings (which may add "$<seq>").
-std::string StripSeq(const std::string& addr) { return addr.substr(0, addr.find('$')); }
-
-// Both spellings of a Gloo address: Address::str() prints the port in network byte order
-// ("[127.0.0.1]:34206" for port 40581) while some error messages print it in host order.
-std::vector<std::string> Spellings(const std::string& addr) {
-  const size_t colon = addr.rfind(':');
-  const int port = colon == std::string::npos ? -1 : std::atoi(addr.c_str() + colon + 1);
-  if (port < 0 || port > 65535) return {addr};
-  const int swapped = ((port & 0xff) << 8) | (port >> 8);
-  return {addr, addr.substr(0, colon + 1) + std::to_string(swapped)};
-}
-
-// "[127.0.0.1]:41234" for a socket address (port in host order); empty if not IP.
-std::string AddressString(const sockaddr_storage& ss) {
-  char ip[INET6_ADDRSTRLEN] = {0};
-  int port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
-    port = ntohs(in->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
-    port = ntohs(in6->sin6_port);
-  } else {
-    return "";
-  }
-  return "[" + std::string(ip) + "]:" + std::to_string(port);
-}
-
-// Note [Naming the peer]. The addresses a message may print for peer q: q's pair listeners,
-// which every rank publishes under "addr/<rank>" as "<peer> <address>" lines, and both ends of
-// this rank's connection to q, found among this process's sockets: the one whose local end is
-// our listener for q (we accepted), or whose far end is q's listener for us (we connected).
-std::map<std::string, int> MapPeerAddresses(gloo::Context& context, StoreAdapter& store) {
-  const int rank = context.rank, size = context.size;
-  std::string mine;
-  std::map<std::string, int> ends;  // our listener for q, and q's listener for us -> q
-  for (int q = 0; q < size; ++q) {
-    if (q == rank) continue;
-    const std::string addr = StripSeq(context.getPair(q)->address().str());
-    mine += std::to_string(q) + " " + addr + "\n";
-    for (const std::string& spelling : Spellings(addr)) ends[spelling] = q;
-  }
-  store.set("addr/" + std::to_string(rank), std::vector<char>(mine.begin(), mine.end()));
-  std::map<std::string, int> peers;
-  for (int q = 0; q < size; ++q) {
-    if (q == rank) continue;
-    const std::vector<char> theirs = store.get("addr/" + std::to_string(q));
-    std::istringstream lines(std::string(theirs.begin(), theirs.end()));
-    int for_rank = -1;
-    for (std::string addr; lines >> for_rank >> addr;) {
-      for (const std::string& spelling : Spellings(addr)) {
-        peers[spelling] = q;
-        if (for_rank == rank) ends[spelling] = q;
-      }
-    }
-  }
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    const int fd = std::atoi(entry.path().filename().c_str());
-    sockaddr_storage local{}, remote{};
-    socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-        ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) {
-      continue;
-    }
-    const std::string near = AddressString(local), far = AddressString(remote);
-    for (const auto& [known, other] : {std::pair(near, far), std::pair(far, near)}) {
-      auto it = ends.find(known);
-      if (it == ends.end()) continue;
-      for (const std::string& spelling : Spellings(other)) peers[spelling] = it->second;
-    }
-  }
-  return peers;
-}
-
-// Gloo writes to sockets with plain write(2), so a vanished peer raises SIGPIPE, which kills
-// the process by default. The group's threads (ours, and Gloo's device loop, which inherits the
-// mask of the thread creating the device) keep SIGPIPE blocked, so a write fails with EPIPE
-// instead. This guard blocks it on the calling thread while the group is created; on exit it
-// discards a SIGPIPE raised meanwhile and restores the old mask.
-class BlockSigpipe {
- public:
-  BlockSigpipe() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    ::pthread_sigmask(SIG_BLOCK, &set, &old_);
-  }
-  ~BlockSigpipe() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    const timespec zero{0, 0};
-    while (::sigtimedwait(&set, nullptr, &zero) == SIGPIPE) {
-    }
-    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t old_;
-};
-
-}  // namespace
-
-// ---- Creation ----
-
-StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
-    std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
-  if (options.algorithm != "ring" && options.algorithm != "ring_chunked") {
-    return InvalidArgumentError("gloo: algorithm \"" + options.algorithm +
-                                "\" is unknown; it must be \"ring\" or \"ring_chunked\"");
-  }
-  if (options.transport == "ibverbs") {
-    return UnimplementedError(
-        "gloo: transport \"ibverbs\" is not supported: this libgloo's ibverbs transport has no "
-        "unbound buffers, which the collectives need; use \"tcp\" or \"auto\"");
-  }
-  if (options.transport != "auto" && options.transport != "tcp") {
-    return InvalidArgumentError("gloo: transport \"" + options.transport +
-                                "\" is unknown; it must be \"auto\", \"tcp\" or \"ibverbs\"");
-  }
-  RETURN_IF_ERROR(Join(*store, rank, size, options.timeout));
-
-  BlockSigpipe block_sigpipe;
-  const std::string host = ListenHost(options, *store);
-  StoreAdapter adapter(std::make_shared<PrefixStore>("gloo/", store), options.timeout);
-  std::shared_ptr<gloo::transport::Device> device;
-  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  std::map<std::string, int> peers;
-  try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = host;
-    device = gloo::transport::tcp::CreateDevice(attr);
-    context->setTimeout(options.timeout);
-    context->connectFullMesh(adapter, device);
-    peers = MapPeerAddresses(*context, adapter);
-  } catch (const std::exception& e) {
-    if (!adapter.error().ok()) {
-      return adapter.error().WithContext("gloo: rank " + std::to_string(rank) + " connecting");
-    }
-    const std::string text = CleanGlooText(e.what());
-    const std::string msg = "gloo: rank " + std::to_string(rank) + " could not connect to its " +
-                            std::to_string(size - 1) + " peers (listening on " + host +
-                            "): " + text;
-    if (Contains(text, "imeout") || Contains(text, "imed out")) return DeadlineExceededError(msg);
-    return UnavailableError(msg);
-  }
-  return std::unique_ptr<GlooProcessGroup>(new GlooProcessGroup(
-      rank, size, options, std::move(device), std::move(context), "tcp", std::move(peers)));
-}
+// ---- Creation (Create is in gloo_connect.cc) ----
 
 GlooProcessGroup::GlooProcessGroup(int rank, int size, ProcessGroupOptions options,
                                    std::shared_ptr<gloo::transport::Device> device,
@@ -407,7 +172,7 @@ std::shared_ptr<Work> GlooProcessGroup::Enqueue(const std::string& what, const s
 }
 
 void GlooProcessGroup::Loop() {
-  // Gloo sends from this thread: a vanished peer must give EPIPE, not SIGPIPE (BlockSigpipe).
+  // Gloo sends from this thread: a vanished peer must give EPIPE, not SIGPIPE (BlockSigpipe, gloo_connect.cc).
   sigset_t sigpipe;
   sigemptyset(&sigpipe);
   sigaddset(&sigpipe, SIGPIPE);
