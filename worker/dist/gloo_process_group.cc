@@ -172,7 +172,8 @@ std::shared_ptr<Work> GlooProcessGroup::Enqueue(const std::string& what, const s
 }
 
 void GlooProcessGroup::Loop() {
-  // Gloo sends from this thread: a vanished peer must give EPIPE, not SIGPIPE (BlockSigpipe, gloo_connect.cc).
+  // Gloo sends from this thread: a vanished peer must give EPIPE, not SIGPIPE (BlockSigpipe,
+  // gloo_connect.cc).
   sigset_t sigpipe;
   sigemptyset(&sigpipe);
   sigaddset(&sigpipe, SIGPIPE);

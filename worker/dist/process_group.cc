@@ -89,6 +89,29 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const std::string& ba
                               "\" is unknown; it must be \"gloo\" or \"nccl\"");
 }
 
+Status JoinGroup(Store& store, const std::string& backend, int rank, int size,
+                 std::chrono::milliseconds timeout) {
+  const std::string who = backend + ": rank " + std::to_string(rank);
+  const std::string prefix = backend + "/joined/";
+  RETURN_IF_ERROR(store.Set(prefix + std::to_string(rank), "1").WithContext(who + " joining"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
+  Status st = store.Wait(keys, timeout);
+  if (st.code() != StatusCode::kDeadlineExceeded)
+    return st.WithContext(who + " waiting for the group");
+  std::string missing;
+  int count = 0;
+  for (int r = 0; r < size; ++r) {
+    if (store.Get(keys[r], std::chrono::milliseconds(0)).ok()) continue;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    ++count;
+  }
+  return DeadlineExceededError(
+      backend + ": rank" + (count == 1 ? " " : "s ") + missing + " never joined the group of " +
+      std::to_string(size) + " within " + FormatDuration(timeout) + " (seen from rank " +
+      std::to_string(rank) + "); check that every rank started and uses the same store");
+}
+
 Status WaitFor(const ProcessGroup& group, Work& work) {
   const auto timeout = group.timeout();
   return work.Wait(timeout + timeout / 4 + std::chrono::seconds(1));

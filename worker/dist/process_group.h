@@ -120,6 +120,11 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const std::string& ba
                                                            int size,
                                                            ProcessGroupOptions options = {});
 
+// Start-up rendezvous for backends: every rank sets "<backend>/joined/<rank>" in `store` and
+// waits up to `timeout` for all `size`; DeadlineExceeded names the ranks that never came.
+Status JoinGroup(Store& store, const std::string& backend, int rank, int size,
+                 std::chrono::milliseconds timeout);
+
 // Waits for `work` with the group's timeout plus a margin (the collective itself is bounded by
 // that timeout, so this only fires if the backend misbehaves).
 Status WaitFor(const ProcessGroup& group, Work& work);

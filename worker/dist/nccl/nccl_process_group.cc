@@ -176,30 +176,6 @@ StatusOr<int> PickDevice(int rank) {
   return rank % count;
 }
 
-// Every rank sets "nccl/joined/<rank>" and waits for all; DeadlineExceeded names who never came.
-Status Join(Store& store, int rank, int size, milliseconds timeout) {
-  const std::string ctx = "nccl: " + RankName(rank);
-  RETURN_IF_ERROR(store.Set("nccl/joined/" + std::to_string(rank), "1")
-                      .WithContext(ctx + " joining the group"));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back("nccl/joined/" + std::to_string(r));
-  Status st = store.Wait(keys, timeout);
-  if (st.code() != StatusCode::kDeadlineExceeded) {
-    return st.WithContext(ctx + " waiting for the group");
-  }
-  std::string missing;
-  int count = 0;
-  for (int r = 0; r < size; ++r) {
-    if (store.Get(keys[r], milliseconds(0)).ok()) continue;
-    missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    ++count;
-  }
-  return DeadlineExceededError("nccl: rank" + std::string(count == 1 ? " " : "s ") + missing +
-                               " never joined the group of " + std::to_string(size) + " within " +
-                               FormatDuration(timeout) + " (seen from " + RankName(rank) +
-                               "); check that every rank started and uses the same store");
-}
-
 // Rank 0 makes NCCL's unique id and publishes it; the others read it.
 StatusOr<std::string> ExchangeId(Store& store, int rank, milliseconds timeout) {
   if (rank == 0) {
@@ -254,7 +230,7 @@ StatusOr<std::unique_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
   }
   ApplyNcclEnv(options);
   ASSIGN_OR_RETURN(const int device, PickDevice(rank));
-  RETURN_IF_ERROR(Join(*store, rank, size, options.timeout));
+  RETURN_IF_ERROR(JoinGroup(*store, "nccl", rank, size, options.timeout));
   ASSIGN_OR_RETURN(const std::string id, ExchangeId(*store, rank, options.timeout));
   std::unique_ptr<NcclProcessGroup> group(new NcclProcessGroup(rank, size, options, device));
   RETURN_IF_ERROR(group->Init(id));

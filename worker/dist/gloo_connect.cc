@@ -1,0 +1,234 @@
+// GlooProcessGroup::Create (gloo_process_group.h): joining through the Store, connecting Gloo's
+// full mesh over TCP, and mapping the addresses Gloo may print to peer ranks (Note [Naming the
+// peer] in gloo_process_group.cc).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "worker/dist/gloo_internal.h"
+#include "worker/dist/gloo_process_group.h"
+
+namespace trainyard::dist {
+namespace {
+
+using internal::CleanGlooText;
+using internal::Contains;
+using std::chrono::milliseconds;
+
+// Our Store seen as Gloo's: Gloo wants exceptions, so failures throw gloo::IoException and the
+// first one is kept to be returned as a Status.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(std::shared_ptr<dist::Store> store, milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Check(store_->Set(key, std::string(data.begin(), data.end())));
+  }
+  std::vector<char> get(const std::string& key) override {
+    StatusOr<std::string> v = store_->Get(key, timeout_);
+    Check(v.status());
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+    Check(store_->Wait(keys, timeout.count() > 0 ? timeout : timeout_));
+  }
+  const Status& error() const { return error_; }
+
+ private:
+  void Check(const Status& st) {
+    if (st.ok()) return;
+    if (error_.ok()) error_ = st;
+    throw gloo::IoException(st.ToString());
+  }
+  std::shared_ptr<dist::Store> store_;
+  milliseconds timeout_;
+  Status error_;
+};
+
+// ---- Connecting ----
+
+std::string ListenHost(const ProcessGroupOptions& options, const Store& store) {
+  if (!options.hostname.empty()) return options.hostname;
+  std::string hint = store.LocalAddressHint();
+  if (!hint.empty()) return hint;
+  char name[256] = {0};
+  if (::gethostname(name, sizeof(name) - 1) == 0) {
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(name, nullptr, nullptr, &res) == 0) {
+      ::freeaddrinfo(res);
+      return name;
+    }
+  }
+  return "127.0.0.1";
+}
+
+// "[127.0.0.1]:41234" from Gloo's address strings (which may add "$<seq>").
+std::string StripSeq(const std::string& addr) { return addr.substr(0, addr.find('$')); }
+
+// Both spellings of a Gloo address: Address::str() prints the port in network byte order
+// ("[127.0.0.1]:34206" for port 40581) while some error messages print it in host order.
+std::vector<std::string> Spellings(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  const int port = colon == std::string::npos ? -1 : std::atoi(addr.c_str() + colon + 1);
+  if (port < 0 || port > 65535) return {addr};
+  const int swapped = ((port & 0xff) << 8) | (port >> 8);
+  return {addr, addr.substr(0, colon + 1) + std::to_string(swapped)};
+}
+
+// "[127.0.0.1]:41234" for a socket address (port in host order); empty if not IP.
+std::string AddressString(const sockaddr_storage& ss) {
+  char ip[INET6_ADDRSTRLEN] = {0};
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    port = ntohs(in->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+    port = ntohs(in6->sin6_port);
+  } else {
+    return "";
+  }
+  return "[" + std::string(ip) + "]:" + std::to_string(port);
+}
+
+// Note [Naming the peer]. The addresses a message may print for peer q: q's pair listeners,
+// which every rank publishes under "addr/<rank>" as "<peer> <address>" lines, and both ends of
+// this rank's connection to q, found among this process's sockets: the one whose local end is
+// our listener for q (we accepted), or whose far end is q's listener for us (we connected).
+std::map<std::string, int> MapPeerAddresses(gloo::Context& context, StoreAdapter& store) {
+  const int rank = context.rank, size = context.size;
+  std::string mine;
+  std::map<std::string, int> ends;  // our listener for q, and q's listener for us -> q
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    const std::string addr = StripSeq(context.getPair(q)->address().str());
+    mine += std::to_string(q) + " " + addr + "\n";
+    for (const std::string& spelling : Spellings(addr)) ends[spelling] = q;
+  }
+  store.set("addr/" + std::to_string(rank), std::vector<char>(mine.begin(), mine.end()));
+  std::map<std::string, int> peers;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    const std::vector<char> theirs = store.get("addr/" + std::to_string(q));
+    std::istringstream lines(std::string(theirs.begin(), theirs.end()));
+    int for_rank = -1;
+    for (std::string addr; lines >> for_rank >> addr;) {
+      for (const std::string& spelling : Spellings(addr)) {
+        peers[spelling] = q;
+        if (for_rank == rank) ends[spelling] = q;
+      }
+    }
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_storage local{}, remote{};
+    socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) {
+      continue;
+    }
+    const std::string near = AddressString(local), far = AddressString(remote);
+    for (const auto& [known, other] : {std::pair(near, far), std::pair(far, near)}) {
+      auto it = ends.find(known);
+      if (it == ends.end()) continue;
+      for (const std::string& spelling : Spellings(other)) peers[spelling] = it->second;
+    }
+  }
+  return peers;
+}
+
+// Gloo writes to sockets with plain write(2), so a vanished peer raises SIGPIPE, which kills
+// the process by default. The group's threads (ours, and Gloo's device loop, which inherits the
+// mask of the thread creating the device) keep SIGPIPE blocked, so a write fails with EPIPE
+// instead. This guard blocks it on the calling thread while the group is created; on exit it
+// discards a SIGPIPE raised meanwhile and restores the old mask.
+class BlockSigpipe {
+ public:
+  BlockSigpipe() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~BlockSigpipe() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    const timespec zero{0, 0};
+    while (::sigtimedwait(&set, nullptr, &zero) == SIGPIPE) {
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t old_;
+};
+
+}  // namespace
+
+// ---- Creation ----
+
+StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
+    std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
+  if (options.algorithm != "ring" && options.algorithm != "ring_chunked") {
+    return InvalidArgumentError("gloo: algorithm \"" + options.algorithm +
+                                "\" is unknown; it must be \"ring\" or \"ring_chunked\"");
+  }
+  if (options.transport == "ibverbs") {
+    return UnimplementedError(
+        "gloo: transport \"ibverbs\" is not supported: this libgloo's ibverbs transport has no "
+        "unbound buffers, which the collectives need; use \"tcp\" or \"auto\"");
+  }
+  if (options.transport != "auto" && options.transport != "tcp") {
+    return InvalidArgumentError("gloo: transport \"" + options.transport +
+                                "\" is unknown; it must be \"auto\", \"tcp\" or \"ibverbs\"");
+  }
+  RETURN_IF_ERROR(JoinGroup(*store, "gloo", rank, size, options.timeout));
+
+  BlockSigpipe block_sigpipe;
+  const std::string host = ListenHost(options, *store);
+  StoreAdapter adapter(std::make_shared<PrefixStore>("gloo/", store), options.timeout);
+  std::shared_ptr<gloo::transport::Device> device;
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  std::map<std::string, int> peers;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = host;
+    device = gloo::transport::tcp::CreateDevice(attr);
+    context->setTimeout(options.timeout);
+    context->connectFullMesh(adapter, device);
+    peers = MapPeerAddresses(*context, adapter);
+  } catch (const std::exception& e) {
+    if (!adapter.error().ok()) {
+      return adapter.error().WithContext("gloo: rank " + std::to_string(rank) + " connecting");
+    }
+    const std::string text = CleanGlooText(e.what());
+    const std::string msg = "gloo: rank " + std::to_string(rank) + " could not connect to its " +
+                            std::to_string(size - 1) + " peers (listening on " + host +
+                            "): " + text;
+    if (Contains(text, "imeout") || Contains(text, "imed out")) return DeadlineExceededError(msg);
+    return UnavailableError(msg);
+  }
+  return std::unique_ptr<GlooProcessGroup>(new GlooProcessGroup(
+      rank, size, options, std::move(device), std::move(context), "tcp", std::move(peers)));
+}
+
+}  // namespace trainyard::dist
