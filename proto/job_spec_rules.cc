@@ -65,6 +65,13 @@ void CheckParallelism(const JobSpec& s, Problems* problems) {
     add("parallelism.activation_checkpointing = true: needs model.gpt (model is " + s.model.arch +
         ")");
   }
+  if (p.zero_stage == 1 && p.find_unused_parameters &&
+      AllFine(*problems, {"parallelism.zero_stage", "parallelism.find_unused_parameters"})) {
+    // A sharded step updates whole chunks; it cannot skip a parameter no rank used, as an
+    // unsharded optimizer does, so the two would train differently.
+    add("parallelism.zero_stage = 1: cannot be combined with parallelism.find_unused_parameters "
+        "= true (the sharded optimizer would update parameters no rank used); use zero_stage 0");
+  }
   CheckBackend(s, problems);
 }
 }  // namespace

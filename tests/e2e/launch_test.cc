@@ -207,6 +207,21 @@ TEST(LaunchTest, ARankWhosePeerNeverJoinsFailsWithinTheTimeout) {
   EXPECT_GT(std::chrono::steady_clock::now() - start, 4s);  // it did wait for the peer
 }
 
+// 2000 samples on 3 ranks: shards of 667 (one padded sample), so a checkpoint at the end of
+// the epoch counts 2001 samples consumed; one process resumes it in the next epoch.
+TEST(LaunchTest, ACheckpointAtAnEpochsEndResumesOnAnotherWorldSize) {
+  TempDir dir;
+  const std::string spec = WriteFashionSpec(dir, 1);
+  ProcessResult r = Train({spec, "--nproc", "3", "--set", "batch_size=667", "--quiet"}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Train({spec, "--set", "steps=2", "-o", "json", "--quiet"}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  StatusOr<Json> s = Json::Parse(r.out);
+  ASSERT_TRUE(s.ok()) << s.status() << "\nstdout: " << r.out;
+  EXPECT_EQ(*s->Find("resumed_from"), Json(dir.File("ckpt") + "/step-00000001"));
+  EXPECT_EQ(*s->Find("steps_this_run"), Json(1));
+}
+
 TEST(LaunchTest, SigintStopsEveryRankWithACheckpoint) {
   TempDir dir;
   const std::string spec = WriteFashionSpec(dir, 100000000);

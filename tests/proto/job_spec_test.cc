@@ -276,7 +276,7 @@ TEST(JobSpecTest, ReadsEveryParallelismField) {
                     "bucket_size_mb": 50, "firstBucketSizeMb": 0.5,
                     "grad_accumulation_steps": "4", "zero_stage": 1,
                     "activation_checkpointing": true, "collective_timeout_seconds": 30,
-                    "find_unused_parameters": true, "grad_compression": "bf16",
+                    "find_unused_parameters": false, "grad_compression": "bf16",
                     "all_reduce_algorithm": "ring_chunked"}
   })");
   StatusOr<JobSpec> spec = ParseJobSpec(json);
@@ -291,13 +291,19 @@ TEST(JobSpecTest, ReadsEveryParallelismField) {
   EXPECT_EQ(p.zero_stage, 1);
   EXPECT_TRUE(p.activation_checkpointing);
   EXPECT_DOUBLE_EQ(p.collective_timeout_seconds, 30);
-  EXPECT_TRUE(p.find_unused_parameters);
+  EXPECT_FALSE(p.find_unused_parameters);
   EXPECT_EQ(p.grad_compression, "bf16");
   EXPECT_EQ(p.all_reduce_algorithm, "ring_chunked");
 
   Json out = ToJson(*spec);
   ASSERT_NE(out.Find("parallelism"), nullptr);
   EXPECT_EQ(*out.Find("parallelism")->Find("first_bucket_size_mb"), Json(0.5));
+  // find_unused_parameters goes with plain data parallelism (ZeRO-1 refuses it).
+  SetPath(&json, "parallelism.zero_stage", 0);
+  SetPath(&json, "parallelism.find_unused_parameters", true);
+  StatusOr<JobSpec> unused = ParseJobSpec(json);
+  ASSERT_TRUE(unused.ok()) << unused.status();
+  EXPECT_TRUE(unused->parallelism.find_unused_parameters);
   EXPECT_EQ(*out.Find("parallelism")->Find("grad_accumulation_steps"), Json(4));
   StatusOr<JobSpec> back = ParseJobSpec(out);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -354,8 +360,12 @@ TEST(JobSpecTest, ChecksRelationsOfParallelismFields) {
   SetPath(&json, "parallelism.activation_checkpointing", true);
   SetPath(&json, "parallelism.backend", "nccl");
   SetPath(&json, "parallelism.all_reduce_algorithm", "ring_chunked");
+  SetPath(&json, "parallelism.zero_stage", 1);
+  SetPath(&json, "parallelism.find_unused_parameters", true);
   std::string text = ProblemsOf(json);
-  EXPECT_THAT(text, HasSubstr("invalid job spec (5 problems):"));
+  EXPECT_THAT(text, HasSubstr("invalid job spec (6 problems):"));
+  EXPECT_THAT(text, HasSubstr("parallelism.zero_stage = 1: cannot be combined with "
+                              "parallelism.find_unused_parameters = true"));
   EXPECT_THAT(text, HasSubstr("parallelism.ranks_per_node = 4: must divide "
                               "parallelism.world_size = 6 (or be 0: all ranks on one node)"));
   EXPECT_THAT(text, HasSubstr("parallelism.first_bucket_size_mb = 3: must be in "
@@ -372,6 +382,7 @@ TEST(JobSpecTest, ChecksRelationsOfParallelismFields) {
   SetPath(&json, "parallelism.backend", "gloo");
   SetPath(&json, "parallelism.activation_checkpointing", false);
   SetPath(&json, "parallelism.first_bucket_size_mb", 1);
+  SetPath(&json, "parallelism.find_unused_parameters", false);
   text = ProblemsOf(json);
   EXPECT_THAT(text, HasSubstr("invalid job spec (1 problem):"));
   EXPECT_THAT(text, HasSubstr("parallelism.world_size = 5000: must be in [1, 4096]"));

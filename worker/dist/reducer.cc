@@ -94,6 +94,7 @@ class Reducer::State {
   mutable std::mutex mu_;
   std::vector<ParamSlot> slots_;
   std::vector<char> ready_;       // per parameter, this backward
+  std::vector<char> used_;  // per parameter: got a gradient in a no_sync backward this step
   std::vector<int> pending_;      // per bucket: parameters not yet ready
   std::vector<Tensor> comm_;      // per bucket: what travels (the buffer or a compressed copy)
   std::vector<Tensor> comm_out_;  // shard_gradients: the reduce-scatter output (shard or a copy)
@@ -130,6 +131,7 @@ Status Reducer::State::Init() {
     buckets_.push_back(std::move(b));
   }
   ready_.assign(params_.size(), 0);
+  used_.assign(params_.size(), 0);
   pending_.assign(buckets_.size(), 0);
   comm_.resize(buckets_.size());
   comm_out_.resize(buckets_.size());
@@ -168,7 +170,11 @@ void Reducer::State::Prepare() {
 
 void Reducer::State::OnGradReady(size_t k) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!sync_ || !in_backward_) return;
+  if (!sync_) {
+    used_[k] = 1;  // accumulating locally (no_sync): reduced with the step's last micro-batch
+    return;
+  }
+  if (!in_backward_) return;
   // A gradient that AccumulateGrad put somewhere else (set_to_none, a replaced .grad) moves in.
   InstallView(k);
   if (ready_[k]) {
@@ -203,10 +209,10 @@ void Reducer::State::Launch(size_t b) {
   const double scale = 1.0 / group_->size();
   Tensor comm = bucket.buffer;
   ReduceOp op = ReduceOp::kAverage;
-  if (options_.compression != bucket.buffer.dtype()) {
+  if (options_.compression && *options_.compression != bucket.buffer.dtype()) {
     // Divide first, then round: the sum of rounded shares cannot overflow float16.
     autograd::NoGradGuard no_grad;
-    comm = ConvertTo(ops::MulScalar(bucket.buffer, scale), options_.compression, true);
+    comm = ConvertTo(ops::MulScalar(bucket.buffer, scale), *options_.compression, true);
     op = ReduceOp::kSum;
   }
   comm_[b] = comm;
@@ -233,44 +239,57 @@ Status Reducer::State::ReduceUsedBitmap(const std::vector<char>& used_here,
   return OkStatus();
 }
 
+// The error for parameters that got no gradient since the last synchronised step.
+static Status NoGradientError(const std::vector<NamedTensor>& params,
+                              const std::vector<size_t>& missing) {
+  std::ostringstream names;
+  for (size_t i = 0; i < missing.size() && i < 8; ++i) {
+    names << (i ? ", " : "") << params[missing[i]].first;
+  }
+  if (missing.size() > 8) names << " and " << missing.size() - 8 << " more";
+  return FailedPreconditionError(
+      "reducer: " + std::to_string(missing.size()) +
+      " parameter(s) received no gradient in this step: " + names.str() +
+      "; set parallelism.find_unused_parameters to true if the model leaves them unused");
+}
+
 Status Reducer::State::Finish() {
   std::unique_lock<std::mutex> lock(mu_);
   if (!sync_) return OkStatus();
   if (!in_backward_) return FailedPreconditionError("reducer: Finish without Prepare");
   in_backward_ = false;
   stats_.backward_end = SteadyClock::now();
-  RETURN_IF_ERROR(hook_error_);
-  std::vector<size_t> unused;
+  // Parameters with no gradient in this backward: some got one in an earlier micro-batch
+  // (no_sync), the others none since the last step (unused).
+  std::vector<size_t> late, unused;
   for (size_t k = 0; k < params_.size(); ++k) {
-    if (!ready_[k]) unused.push_back(k);
+    if (!ready_[k]) (used_[k] ? late : unused).push_back(k);
   }
-  if (!unused.empty() && !options_.find_unused_parameters) {
-    std::ostringstream names;
-    for (size_t i = 0; i < unused.size() && i < 8; ++i) {
-      names << (i ? ", " : "") << params_[unused[i]].first;
-    }
-    if (unused.size() > 8) names << " and " << unused.size() - 8 << " more";
-    return FailedPreconditionError(
-        "reducer: " + std::to_string(unused.size()) +
-        " parameter(s) received no gradient in this backward: " + names.str() +
-        "; set parallelism.find_unused_parameters to true if the model leaves them unused");
-  }
-  // Launch what is left first: every rank issues buckets 0..B-1 in order, then the bitmap.
-  const std::vector<char> used_here(ready_.begin(), ready_.end());
+  // Launch every bucket even on error, so that no peer waits for this rank's collectives:
+  // every rank issues buckets 0..B-1 in order, then (find_unused_parameters) the bitmap.
+  std::vector<char> used_here(params_.size());
+  for (size_t k = 0; k < params_.size(); ++k) used_here[k] = ready_[k] || used_[k];
   finishing_ = true;
+  for (size_t k : late) MarkReady(k);
   for (size_t k : unused) MarkReady(k);
   LaunchReadyBuckets();
   finishing_ = false;
   TY_CHECK(next_bucket_ == buckets_.size());
+  std::fill(used_.begin(), used_.end(), 0);
+  Status status = hook_error_;
+  if (status.ok() && !unused.empty() && !options_.find_unused_parameters) {
+    status = NoGradientError(params_, unused);
+  }
   std::vector<char> used_anywhere;
   if (options_.find_unused_parameters) {
-    RETURN_IF_ERROR(ReduceUsedBitmap(used_here, &used_anywhere));
+    Status s = ReduceUsedBitmap(used_here, &used_anywhere);
+    if (status.ok()) status = s;
   }
 
   const SteadyClock::time_point wait_start = SteadyClock::now();
-  Status status;
-  for (size_t b = 0; b < buckets_.size() && status.ok(); ++b) {
-    status = WaitFor(*group_, *works_[b]);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Status s = WaitFor(*group_, *works_[b]);
+    if (status.ok()) status = s;
   }
   stats_.wait_seconds = Seconds(SteadyClock::now() - wait_start);
   RETURN_IF_ERROR(status);
@@ -289,10 +308,12 @@ Status Reducer::State::Finish() {
     }
     comm_[b] = comm_out_[b] = Tensor();
   }
+  // NCCL's convention: an all-reduce moves 2(n-1)/n of the data per rank, a reduce-scatter
+  // (n-1)/n.
   const int n = group_->size();
+  const double moved = (options_.shard_gradients ? 1.0 : 2.0) * (n - 1) / n;
   if (stats_.comm_seconds > 0) {
-    stats_.bus_bandwidth =
-        static_cast<double>(stats_.bytes) * 2.0 * (n - 1) / n / stats_.comm_seconds;
+    stats_.bus_bandwidth = static_cast<double>(stats_.bytes) * moved / stats_.comm_seconds;
   }
   for (size_t k : unused) {
     if (!used_anywhere.empty() && !used_anywhere[k]) params_[k].second.set_grad(Tensor());
@@ -308,11 +329,11 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor> para
   if (options.bucket_bytes <= 0 || options.first_bucket_bytes <= 0) {
     return InvalidArgumentError("reducer: bucket sizes must be positive");
   }
-  if (options.compression != DType::kFloat32 && options.compression != DType::kBFloat16 &&
-      options.compression != DType::kFloat16) {
+  if (options.compression && *options.compression != DType::kBFloat16 &&
+      *options.compression != DType::kFloat16) {
     return InvalidArgumentError(std::string("reducer: compression dtype ") +
-                                DTypeName(options.compression) +
-                                " is not one of float32, bfloat16, float16");
+                                DTypeName(*options.compression) +
+                                " is not one of bfloat16, float16");
   }
   auto state = std::make_shared<State>(std::move(params), std::move(group), options);
   RETURN_IF_ERROR(state->Init());

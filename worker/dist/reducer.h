@@ -1,14 +1,15 @@
 // Reducer: averages gradients across the ranks of a ProcessGroup while backward still runs
 // (data parallelism, DESIGN.md section 4; PyTorch's DDP reducer is the model).
 //
-//   Create       packs the parameters into buckets (Note [Bucket order]); each bucket owns one
-//                flat buffer per dtype and every parameter's .grad becomes a view into it, so
-//                backward accumulates straight into the buffer the collective sends.
+//   Create       packs the parameters into buckets (Note [Bucket order]; a bucket holds one
+//                dtype); each bucket owns one flat buffer and every parameter's .grad becomes a
+//                view into it, so backward accumulates straight into what the collective sends.
 //   backward     a post-accumulate hook marks a parameter ready; when every parameter of a
 //                bucket is ready and every earlier bucket has been launched, its all-reduce
 //                starts at once (asynchronously), overlapping the rest of backward.
 //   Finish       after backward: launches what is left (unused parameters), waits for every
-//                bucket and leaves the average over ranks in each .grad.
+//                bucket and leaves the average over ranks in each .grad (with shard_gradients,
+//                in each bucket's `shard` instead; .grad keeps this rank's own gradient).
 //
 // Every rank must run the same model, so buckets are identical and launched in the same order.
 // With `sync` off (gradient accumulation over micro-batches, PyTorch's no_sync) hooks do nothing
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,13 +44,15 @@ using NamedTensor = std::pair<std::string, Tensor>;
 struct ReducerOptions {
   int64_t bucket_bytes = int64_t{25} << 20;
   int64_t first_bucket_bytes = int64_t{1} << 20;
-  // When false, a parameter that gets no gradient in a synchronised backward is an error naming
-  // it; when true, such parameters are reduced at the end (their gradient counts as zero on this
-  // rank) and parameters no rank used keep no gradient (.grad undefined), as in one process.
+  // When false, a parameter that gets no gradient in a step (its micro-batches, no_sync ones
+  // included) is an error naming it; when true, such parameters are reduced at the end (their
+  // gradient counts as zero on this rank) and parameters no rank used keep no gradient (.grad
+  // undefined), as in one process. Either way every bucket is still reduced, so no peer waits.
   bool find_unused_parameters = false;
-  // The dtype gradients travel in: float32 (none), bfloat16 or float16. Gradients are divided by
-  // the world size before rounding, so the sum cannot overflow where the average would not.
-  DType compression = DType::kFloat32;
+  // The dtype gradients travel in when not their own: bfloat16 or float16 (nullopt: as they
+  // are). Gradients are divided by the world size before rounding, so the sum cannot overflow
+  // where the average would not.
+  std::optional<DType> compression;
   // ZeRO-1: reduce-scatter each bucket instead of all-reducing it; afterwards only this rank's
   // shard of each bucket (shard_grad()) holds averaged gradients.
   bool shard_gradients = false;
@@ -69,10 +73,11 @@ struct ReducerStats {
   std::chrono::steady_clock::time_point first_start{};   // ... began running
   std::chrono::steady_clock::time_point backward_end{};  // Finish was called
   std::chrono::steady_clock::time_point last_end{};      // the last collective completed
-  double comm_seconds = 0;   // sum over buckets of collective running time
-  double wait_seconds = 0;   // time Finish spent waiting for buckets after backward
-  double bus_bandwidth = 0;  // bytes/s, NCCL's convention: size * 2(n-1)/n / time (all-reduce)
-  int64_t bytes = 0;         // bytes reduced (in the compressed dtype)
+  double comm_seconds = 0;  // sum over buckets of collective running time
+  double wait_seconds = 0;  // time Finish spent waiting for buckets after backward
+  // bytes/s, NCCL's convention: size * 2(n-1)/n / time (all-reduce), (n-1)/n (reduce-scatter)
+  double bus_bandwidth = 0;
+  int64_t bytes = 0;  // bytes reduced (in the compressed dtype)
   int buckets_launched_in_backward = 0;
 };
 

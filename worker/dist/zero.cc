@@ -113,8 +113,10 @@ StatusOr<double> ZeroOptimizer::ClipGradNorm(double max_norm) {
   Tensor sq = Zeros(Shape{1}, Options(DType::kFloat64));
   double local = 0;
   for (const Bucket& bucket : reducer_->buckets()) {
-    const float* g = bucket.shard.data<float>();
-    for (int64_t i = 0; i < bucket.shard.numel(); ++i) local += double(g[i]) * g[i];
+    TY_DISPATCH_FLOATING(bucket.shard.dtype(), "zero: gradient norm", [&] {
+      const scalar_t* g = bucket.shard.data<scalar_t>();
+      for (int64_t i = 0; i < bucket.shard.numel(); ++i) local += double(g[i]) * double(g[i]);
+    });
   }
   sq.data<double>()[0] = local;
   std::shared_ptr<Work> work = reducer_->group().AllReduce(sq, ReduceOp::kSum);

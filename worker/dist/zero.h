@@ -12,8 +12,9 @@
 //
 // Checkpoints do not depend on the world size: StateDict() gathers the full per-parameter state
 // in exactly the form an unsharded Optimizer writes (Note [Optimizer state dict]), and
-// LoadStateDict() takes that form and keeps this rank's chunks. StateDict, LoadStateDict,
-// ClipGradNorm and Step are collectives: every rank calls them, in the same order.
+// LoadStateDict() takes that form and keeps this rank's chunks (no communication). StateDict,
+// ClipGradNorm and Step are collectives: every rank calls them, in the same order. StateDict
+// holds the whole state on every rank for a moment (ranks > 0 drop it: only rank 0 writes).
 #pragma once
 
 #include <functional>

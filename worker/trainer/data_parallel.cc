@@ -4,10 +4,10 @@
 
 namespace trainyard::trainer {
 
-DType CompressionDType(const std::string& name) {
+std::optional<DType> CompressionDType(const std::string& name) {
   if (name == "bf16") return DType::kBFloat16;
   if (name == "fp16") return DType::kFloat16;
-  return DType::kFloat32;
+  return std::nullopt;
 }
 
 StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
@@ -46,6 +46,20 @@ void DataParallel::BeforeBackward(bool sync) {
 }
 
 Status DataParallel::AfterBackward() { return reducer_->Finish(); }
+
+Status DataParallel::CheckSameStep(int64_t step) {
+  Tensor t = Zeros(Shape{2}, Options(DType::kInt64));
+  t.data<int64_t>()[0] = step;
+  t.data<int64_t>()[1] = -step;
+  std::shared_ptr<dist::Work> work = group_->AllReduce(t, dist::ReduceOp::kMax);
+  RETURN_IF_ERROR(dist::WaitFor(*group_, *work));
+  const int64_t high = t.data<int64_t>()[0], low = -t.data<int64_t>()[1];
+  if (high == low) return OkStatus();
+  return FailedPreconditionError("the ranks start at different steps (" + std::to_string(low) +
+                                 " to " + std::to_string(high) +
+                                 "): they resumed different checkpoints; every rank must see the "
+                                 "same checkpoint.dir (a shared filesystem)");
+}
 
 StatusOr<DataParallel::Agreement> DataParallel::AgreeOnStep(double loss, bool stop) {
   Tensor t = Zeros(Shape{2}, Options(DType::kFloat64));

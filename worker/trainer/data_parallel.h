@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "common/status.h"
 #include "proto/job_spec.h"
@@ -39,6 +40,9 @@ class DataParallel {
   void BeforeBackward(bool sync);
   Status AfterBackward();
 
+  // FailedPrecondition unless every rank starts at `step` (they resumed the same checkpoint).
+  Status CheckSameStep(int64_t step);
+
   struct Agreement {
     double mean_loss = 0;  // over ranks
     bool stop = false;     // some rank was asked to stop
@@ -52,7 +56,7 @@ class DataParallel {
   std::unique_ptr<dist::ZeroOptimizer> zero_;
 };
 
-// The compression dtype named by parallelism.grad_compression ("none", "bf16", "fp16").
-DType CompressionDType(const std::string& name);
+// The compression dtype named by parallelism.grad_compression ("bf16", "fp16"; "none": nullopt).
+std::optional<DType> CompressionDType(const std::string& name);
 
 }  // namespace trainyard::trainer

@@ -132,7 +132,7 @@ Status Trainer::Init() {
   // A text run keeps the vocabulary saved beside its checkpoints, so token ids never change.
   std::optional<data::Vocabulary> saved_vocabulary;
   const std::string vocabulary_path = dir.empty() ? "" : dir + "/" + kVocabularyFile;
-  if (text && !dir.empty() && (spec_.checkpoint.resume || rank_ != 0) && Exists(vocabulary_path)) {
+  if (text && !dir.empty() && spec_.checkpoint.resume && Exists(vocabulary_path)) {
     StatusOr<data::Vocabulary> v = data::Vocabulary::Load(vocabulary_path);
     if (!v.ok())
       return Status(v.status().code(), "checkpoint.dir: " + std::string(v.status().message()));
@@ -152,7 +152,8 @@ Status Trainer::Init() {
   ASSIGN_OR_RETURN(model_, nn::BuildModel(spec_.model.arch, configs, &gen_));
   params_ = model_->Parameters();
   for (const Tensor& p : params_) num_parameters_ += p.numel();
-  if (spec_.parallelism.zero_stage == 0 || world_size_ == 1) {
+  // ZeRO-1 replaces the whole optimizer exactly when there is a group to shard it over.
+  if (!options_.process_group || spec_.parallelism.zero_stage == 0) {
     ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(spec_.optimizer, model_->NamedParameters()));
   }
   RETURN_IF_ERROR(MakeLoaders());
@@ -194,6 +195,7 @@ Status Trainer::MakeLoaders() {
   // Each rank's shard has sampler->size() samples; a step takes grad_accumulation_steps
   // micro-batches of batch_size from it.
   const int64_t shard = sampler->size();
+  shard_size_ = shard;
   const int64_t micro = spec_.data.drop_last ? shard / batch : (shard + batch - 1) / batch;
   steps_per_epoch_ = micro / spec_.parallelism.grad_accumulation_steps;
   if (steps_per_epoch_ == 0) {
@@ -233,6 +235,7 @@ Status Trainer::StartDataParallel() {
                                              [&o](std::vector<optim::NamedTensor> p) {
                                                return MakeOptimizer(o, std::move(p));
                                              }));
+  RETURN_IF_ERROR(dp_->CheckSameStep(step_));
   if (dp_->zero() != nullptr && !resumed_optimizer_state_.empty()) {
     Status s = dp_->zero()->LoadStateDict(resumed_optimizer_state_);
     if (!s.ok()) return s.WithContext("resuming the sharded optimizer from " + resumed_from_);
@@ -275,7 +278,10 @@ Status Trainer::Restore() {
                                     std::to_string(total_steps_) + " steps");
       }
       // The manifest counts samples consumed by all ranks (Note [Resharding on resume]).
-      RETURN_IF_ERROR(train_loader_->Reset(state->epoch, state->position / world_size_));
+      // At an epoch's end the padded shards can make position / M exceed the new shard: the
+      // epoch is over, which the loader sees at its end.
+      RETURN_IF_ERROR(
+          train_loader_->Reset(state->epoch, std::min(state->position / world_size_, shard_size_)));
       state->default_generator.ApplyTo(&DefaultGenerator());
       auto it = state->generators.find(kModelGenerator);
       if (it != state->generators.end()) it->second.ApplyTo(&gen_);
@@ -312,6 +318,7 @@ Status Trainer::SaveCheckpoint(std::string* path) {
   state.step = step_;
   state.epoch = static_cast<int64_t>(train_loader_->epoch());
   state.position = train_loader_->position() * world_size_;
+  state.world_size = world_size_;
   state.default_generator = GeneratorState::Of(DefaultGenerator());
   state.generators[kModelGenerator] = GeneratorState::Of(gen_);  // rank 0's stream
   state.spec = spec::ToJson(spec_);
@@ -491,12 +498,13 @@ StatusOr<TrainSummary> Trainer::Run() {
     }
   }
 
-  if (!summary.interrupted && eval_loader_ && last_eval_step != step_) {
-    ASSIGN_OR_RETURN(summary.eval, Evaluate());
-  }
+  // Checkpoint first: with ZeRO it is a collective, which must not wait on rank 0's evaluation.
   if (checkpoints_ && saved_step_ != step_) {
     std::string path;
     RETURN_IF_ERROR(SaveCheckpoint(&path));
+  }
+  if (!summary.interrupted && eval_loader_ && last_eval_step != step_) {
+    ASSIGN_OR_RETURN(summary.eval, Evaluate());
   }
   summary.steps = step_;
   summary.world_size = world_size_;

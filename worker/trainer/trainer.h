@@ -179,6 +179,7 @@ class Trainer {
   std::unique_ptr<CheckpointManager> checkpoints_;
   int64_t num_parameters_ = 0;
   int64_t steps_per_epoch_ = 0;
+  int64_t shard_size_ = 0;  // samples per epoch this rank reads
   int64_t total_steps_ = 0;
   int64_t step_ = 0;
   int64_t saved_step_ = -1;  // step of the newest checkpoint on disk for this run
