@@ -17,6 +17,7 @@
 #include <random>
 #include <thread>
 
+#include "client/signals.h"
 #include "worker/dist/store.h"
 
 extern char** environ;
@@ -367,12 +368,7 @@ int Launch(const LaunchOptions& o) {
     Say("trainyard: launching " + std::to_string(o.nproc) + " ranks (run " + run_id + ", store " +
         (*server)->address() + ")");
   }
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_int, old_term;
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
+  ScopedStopSignals signals(OnSignal);
 
   const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   std::vector<Child> children(static_cast<size_t>(o.nproc));
@@ -390,8 +386,6 @@ int Launch(const LaunchOptions& o) {
   const int supervised = Supervise(children, o, /*stop=*/code != 0);
   if (code == 0) code = supervised;
   if (devnull >= 0) ::close(devnull);
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
   return code;
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "client/launch.h"
+#include "client/signals.h"
 #include "client/spec_file.h"
 #include "common/json.h"
 #include "kernels/cpu/parallel.h"
@@ -343,16 +344,8 @@ StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const RankEnv& env,
 
 // Trainer::Run, with SIGINT and SIGTERM asking it to stop (OnSignal).
 StatusOr<trainer::TrainSummary> RunStoppably(trainer::Trainer& trainer) {
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_int, old_term;
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
-  StatusOr<trainer::TrainSummary> summary = trainer.Run();
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  return summary;
+  ScopedStopSignals signals(OnSignal);
+  return trainer.Run();
 }
 
 // Trains in this process; `group` is null for a single process.

@@ -21,12 +21,13 @@ inline float ToFloat(BFloat16 v) {
   return f;
 }
 
+// Branch-free (a select, not an early return), so loops over it vectorise.
 inline BFloat16 ToBFloat16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return BFloat16{static_cast<uint16_t>((u >> 16) | 0x40)};
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return BFloat16{static_cast<uint16_t>(u >> 16)};
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
+  const uint32_t nan = (u >> 16) | 0x40u;                           // stays a (quiet) nan
+  return BFloat16{static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
 }
 
 inline float ToFloat(Half v) {

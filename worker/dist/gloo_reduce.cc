@@ -42,34 +42,19 @@ void MaxFn(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = (y[i] > x[i] || IsNan(y[i])) ? y[i] : x[i];
 }
 
-inline float Bf16ToFloat(uint16_t v) {
-  const uint32_t u = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-// Branch-free ToBFloat16 (kernels/cpu/half.h), so the loops below vectorise.
-inline uint16_t FloatToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
 void Bf16SumFn(void* out, const void* a, const void* b, size_t n) {
-  uint16_t* o = static_cast<uint16_t*>(out);
-  const uint16_t* x = static_cast<const uint16_t*>(a);
-  const uint16_t* y = static_cast<const uint16_t*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = FloatToBf16(Bf16ToFloat(x[i]) + Bf16ToFloat(y[i]));
+  BFloat16* o = static_cast<BFloat16*>(out);
+  const BFloat16* x = static_cast<const BFloat16*>(a);
+  const BFloat16* y = static_cast<const BFloat16*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = ToBFloat16(ToFloat(x[i]) + ToFloat(y[i]));
 }
 
 void Bf16MaxFn(void* out, const void* a, const void* b, size_t n) {
-  uint16_t* o = static_cast<uint16_t*>(out);
-  const uint16_t* x = static_cast<const uint16_t*>(a);
-  const uint16_t* y = static_cast<const uint16_t*>(b);
+  BFloat16* o = static_cast<BFloat16*>(out);
+  const BFloat16* x = static_cast<const BFloat16*>(a);
+  const BFloat16* y = static_cast<const BFloat16*>(b);
   for (size_t i = 0; i < n; ++i) {
-    const float fx = Bf16ToFloat(x[i]), fy = Bf16ToFloat(y[i]);
+    const float fx = ToFloat(x[i]), fy = ToFloat(y[i]);
     o[i] = (fy > fx || fy != fy) ? y[i] : x[i];
   }
 }
@@ -114,8 +99,8 @@ void DivideBy(const Tensor& t, int n) {
       break;
     }
     case DType::kBFloat16: {
-      uint16_t* p = static_cast<uint16_t*>(t.raw_data());
-      for (int64_t i = 0; i < count; ++i) p[i] = FloatToBf16(Bf16ToFloat(p[i]) / n);
+      BFloat16* p = t.data<BFloat16>();
+      for (int64_t i = 0; i < count; ++i) p[i] = ToBFloat16(ToFloat(p[i]) / n);
       break;
     }
     case DType::kFloat16: {
