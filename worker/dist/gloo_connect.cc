@@ -110,8 +110,9 @@ std::string AddressString(const sockaddr_storage& ss) {
 
 // Note [Naming the peer]. The addresses a message may print for peer q: q's pair listeners,
 // which every rank publishes under "addr/<rank>" as "<peer> <address>" lines, and both ends of
-// this rank's connection to q, found among this process's sockets: the one whose local end is
-// our listener for q (we accepted), or whose far end is q's listener for us (we connected).
+// this rank's connection to q, found among this process's sockets: the one whose far end is q's
+// listener for us (we dialed), or one we accepted, whose far end q publishes under
+// "dialed/<q>" (our listener is shared by all pairs, so its local end cannot tell).
 std::map<std::string, int> MapPeerAddresses(gloo::Context& context, StoreAdapter& store) {
   const int rank = context.rank, size = context.size;
   std::string mine;
@@ -124,6 +125,7 @@ std::map<std::string, int> MapPeerAddresses(gloo::Context& context, StoreAdapter
   }
   store.set("addr/" + std::to_string(rank), std::vector<char>(mine.begin(), mine.end()));
   std::map<std::string, int> peers;
+  std::map<std::string, int> theirs_for_us;  // q's listener for its pair with us -> q
   for (int q = 0; q < size; ++q) {
     if (q == rank) continue;
     const std::vector<char> theirs = store.get("addr/" + std::to_string(q));
@@ -132,10 +134,11 @@ std::map<std::string, int> MapPeerAddresses(gloo::Context& context, StoreAdapter
     for (std::string addr; lines >> for_rank >> addr;) {
       for (const std::string& spelling : Spellings(addr)) {
         peers[spelling] = q;
-        if (for_rank == rank) ends[spelling] = q;
+        if (for_rank == rank) ends[spelling] = theirs_for_us[spelling] = q;
       }
     }
   }
+  std::string dialed;  // "<q> <our end>" for each connection we opened to q
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
     const int fd = std::atoi(entry.path().filename().c_str());
@@ -150,6 +153,23 @@ std::map<std::string, int> MapPeerAddresses(gloo::Context& context, StoreAdapter
       auto it = ends.find(known);
       if (it == ends.end()) continue;
       for (const std::string& spelling : Spellings(other)) peers[spelling] = it->second;
+    }
+    auto dialed_to = theirs_for_us.find(far);
+    if (dialed_to != theirs_for_us.end()) {
+      dialed += std::to_string(dialed_to->second) + " " + near + "\n";
+    }
+  }
+  // Our listener is shared by all our pairs, so a connection we accepted does not say from whom
+  // by its local end: the peer that dialed it says, publishing its end under "dialed/<rank>".
+  store.set("dialed/" + std::to_string(rank), std::vector<char>(dialed.begin(), dialed.end()));
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    const std::vector<char> theirs = store.get("dialed/" + std::to_string(q));
+    std::istringstream lines(std::string(theirs.begin(), theirs.end()));
+    int to = -1;
+    for (std::string addr; lines >> to >> addr;) {
+      if (to != rank) continue;
+      for (const std::string& spelling : Spellings(addr)) peers[spelling] = q;
     }
   }
   return peers;
