@@ -17,7 +17,7 @@
 #include <random>
 #include <thread>
 
-#include "client/signals.h"
+#include "common/signals.h"
 #include "worker/dist/store.h"
 
 extern char** environ;

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "client/launch.h"
-#include "client/signals.h"
+#include "common/signals.h"
 #include "client/spec_file.h"
 #include "common/json.h"
 #include "kernels/cpu/parallel.h"

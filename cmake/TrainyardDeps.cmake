@@ -32,3 +32,19 @@ else()
   set(TY_HAVE_GLOO OFF)
   message(STATUS "trainyard: Gloo not found; worker/dist builds without GlooProcessGroup")
 endif()
+
+# The service (coordinator, worker daemon, service client): gRPC + protobuf, prometheus-cpp and
+# SQLite from Debian (libgrpc++-dev, protobuf-compiler-grpc, prometheus-cpp-dev,
+# libsqlite3-dev). Optional, so the engine builds without them.
+find_package(Protobuf QUIET)
+find_package(gRPC CONFIG QUIET)
+find_package(prometheus-cpp CONFIG QUIET)
+find_package(SQLite3 QUIET)
+find_program(TY_GRPC_CPP_PLUGIN grpc_cpp_plugin)
+if(Protobuf_FOUND AND TARGET gRPC::grpc++ AND TARGET prometheus-cpp::pull AND SQLite3_FOUND
+   AND TY_GRPC_CPP_PLUGIN)
+  set(TY_HAVE_SERVICE ON)
+else()
+  set(TY_HAVE_SERVICE OFF)
+  message(STATUS "trainyard: gRPC, protobuf, prometheus-cpp or SQLite missing; the service is not built")
+endif()

@@ -528,6 +528,13 @@ void VisitJob(V& v, JobSpec& s) {
   v.Double("grad_clip_norm", &s.grad_clip_norm, 0, kInf);
   v.Int("num_threads", &s.num_threads, 0, 1024);
   v.Message("parallelism", true, [&](V& m) { VisitParallelism(m, s.parallelism); });
+  v.Message("fault_tolerance", true, [&](V& m) {
+    m.Int("max_restarts", &s.fault_tolerance.max_restarts, 0, 1000);
+    m.DoubleAbove("hang_timeout_seconds", &s.fault_tolerance.hang_timeout_seconds, 0, 86400);
+    m.DoubleAbove("straggler_factor", &s.fault_tolerance.straggler_factor, 1, 1000);
+    m.Int("straggler_window_steps", &s.fault_tolerance.straggler_window_steps, 1, 100000);
+  });
+  v.Int("priority", &s.priority, -1000, 1000);
 }
 
 }  // namespace

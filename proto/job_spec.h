@@ -173,6 +173,13 @@ struct ParallelismSpec {
   std::string all_reduce_algorithm = "ring"; // ring, ring_chunked (gloo)
 };
 
+struct FaultToleranceSpec {
+  int max_restarts = 3;
+  double hang_timeout_seconds = 60;
+  double straggler_factor = 2;
+  int straggler_window_steps = 20;
+};
+
 struct JobSpec {
   std::string name = "job";
   ModelSpec model;
@@ -192,6 +199,8 @@ struct JobSpec {
   double grad_clip_norm = 0;
   int num_threads = 0;  // per rank
   ParallelismSpec parallelism;
+  FaultToleranceSpec fault_tolerance;  // the service's supervision; trainyard train ignores it
+  int priority = 0;                    // [-1000, 1000], higher first
 };
 
 // parallelism.backend with "auto" resolved: "nccl" when device is "cuda", else "gloo".

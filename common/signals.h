@@ -1,10 +1,10 @@
 // Installs a handler for SIGINT and SIGTERM for the life of a scope and restores the previous
-// handlers after it: how `trainyard train` turns Ctrl-C and SIGTERM into a clean stop.
+// handlers after it: how `trainyard train` and the daemons turn Ctrl-C and SIGTERM into a clean stop.
 #pragma once
 
 #include <signal.h>
 
-namespace trainyard::client {
+namespace trainyard {
 
 class ScopedStopSignals {
  public:
@@ -27,4 +27,4 @@ class ScopedStopSignals {
   struct sigaction old_term_ = {};
 };
 
-}  // namespace trainyard::client
+}  // namespace trainyard

@@ -1,0 +1,93 @@
+#include "common/flags.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "common/check.h"
+
+namespace trainyard {
+
+Flags& Flags::Value(const std::string& name, std::string default_value, std::string help) {
+  order_.push_back(name);
+  flags_[name] = Flag{false, std::move(default_value), std::move(help)};
+  return *this;
+}
+
+Flags& Flags::Switch(const std::string& name, std::string help) {
+  order_.push_back(name);
+  flags_[name] = Flag{true, "", std::move(help)};
+  return *this;
+}
+
+Status Flags::Parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      help_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) return InvalidArgumentError("unexpected argument \"" + a + "\"");
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    auto it = flags_.find(name);
+    if (it == flags_.end()) return InvalidArgumentError("unknown flag --" + name + " (--help lists them)");
+    if (it->second.is_switch) {
+      if (eq != std::string::npos) return InvalidArgumentError("--" + name + " takes no value");
+      it->second.value = "1";
+    } else if (eq != std::string::npos) {
+      it->second.value = a.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      it->second.value = args[++i];
+    } else {
+      return InvalidArgumentError("--" + name + " needs a value");
+    }
+  }
+  return OkStatus();
+}
+
+const std::string& Flags::Get(const std::string& name) const {
+  auto it = flags_.find(name);
+  TY_CHECK(it != flags_.end()) << "undeclared flag --" << name;
+  return it->second.value;
+}
+
+bool Flags::On(const std::string& name) const { return !Get(name).empty(); }
+
+StatusOr<int64_t> Flags::Int(const std::string& name, int64_t lo, int64_t hi) const {
+  const std::string& v = Get(name);
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || n < lo || n > hi) {
+    return InvalidArgumentError("--" + name + " \"" + v + "\": must be an integer in [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return static_cast<int64_t>(n);
+}
+
+StatusOr<double> Flags::Double(const std::string& name, double lo, double hi) const {
+  const std::string& v = Get(name);
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(d) || d < lo || d > hi) {
+    return InvalidArgumentError("--" + name + " \"" + v + "\": must be a number in [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return d;
+}
+
+std::string Flags::Help() const {
+  std::string out = usage_ + "\n";
+  for (const std::string& name : order_) {
+    const Flag& f = flags_.at(name);
+    std::string left = "  --" + name + (f.is_switch ? "" : " V");
+    if (left.size() < 26) left.resize(26, ' ');
+    out += left + " " + f.help;
+    if (!f.is_switch && !f.value.empty()) out += " (default " + f.value + ")";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace trainyard

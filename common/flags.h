@@ -1,0 +1,44 @@
+// Command-line flags for the daemons: "--name value", "--name=value" and "--switch". Every flag
+// is declared with its help; anything else is an error naming it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trainyard {
+
+class Flags {
+ public:
+  // `usage` heads Help(); value flags take a default ("" when none).
+  explicit Flags(std::string usage) : usage_(std::move(usage)) {}
+  Flags& Value(const std::string& name, std::string default_value, std::string help);
+  Flags& Switch(const std::string& name, std::string help);
+
+  // InvalidArgument naming an unknown flag or a value flag without its value. "-h"/"--help"
+  // sets help().
+  Status Parse(const std::vector<std::string>& args);
+
+  const std::string& Get(const std::string& name) const;
+  bool On(const std::string& name) const;
+  // The value as an integer or a number in [lo, hi]; InvalidArgument naming the flag.
+  StatusOr<int64_t> Int(const std::string& name, int64_t lo, int64_t hi) const;
+  StatusOr<double> Double(const std::string& name, double lo, double hi) const;
+  bool help() const { return help_; }
+  std::string Help() const;
+
+ private:
+  struct Flag {
+    bool is_switch = false;
+    std::string value;
+    std::string help;
+  };
+  std::string usage_;
+  std::vector<std::string> order_;
+  std::map<std::string, Flag> flags_;
+  bool help_ = false;
+};
+
+}  // namespace trainyard

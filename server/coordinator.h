@@ -1,0 +1,199 @@
+// Coordinator: the service's single decision point (DESIGN.md section 5). It owns the job state
+// machine, the queue, placement, restarts, cancellation and the hang and straggler verdicts;
+// workers execute and report. Plain C++ over protobuf messages as data: the gRPC services
+// (grpc_services.h) only translate calls, and the unit tests drive it with a FakeClock and a
+// memory JobStore.
+//
+//   PENDING --(placed)--> SCHEDULED --(every rank started)--> RUNNING --(all exit 0)--> SUCCEEDED
+//   SCHEDULED/RUNNING --(lost worker, failed rank, hang, start timeout)--> RESTARTING, or
+//       FAILED when no restarts are left or a rank rejected the job (exit code 2)
+//   RESTARTING --(the old ranks exited, capacity)--> SCHEDULED (attempt n + 1)
+//   any state but the final three --(CancelJob, once its ranks exited)--> CANCELLED
+//
+// Every state change is committed to the JobStore before the call that caused it returns.
+// Commands for workers (assign, abort, cancel) wait in a per-worker outbox that the worker's
+// Heartbeat stream drains (TakeCommands). Tick() does the periodic work: liveness, hang and
+// straggler checks, timeouts and scheduling; the server calls it a few times a second, tests
+// call it after moving the clock. Thread-safe: one mutex guards everything.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "proto/job_spec.h"
+#include "server/health.h"
+#include "server/job_store.h"
+#include "server/rendezvous.h"
+#include "server/scheduler.h"
+#include "server/worker_registry.h"
+
+namespace trainyard::server {
+
+struct CoordinatorOptions {
+  // What workers are told to send, and how long without one until a worker is lost.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  // A SCHEDULED attempt whose ranks have not all started by then is aborted.
+  std::chrono::milliseconds start_timeout{120000};
+  // How long stopped ranks get to exit before their slots count as free anyway.
+  std::chrono::milliseconds stop_timeout{30000};
+  // Checkpoints of a job whose spec names no checkpoint.dir go to <checkpoint_root>/<job id>
+  // ("" : such jobs restart from scratch). A spec's own dir becomes <dir>/<job id>.
+  std::string checkpoint_root;
+  size_t max_spec_bytes = 1 << 20;
+};
+
+// One client's view of a job's events (WatchJob).
+class Watcher {
+ public:
+  // The next event, waiting up to `timeout`: false on timeout, or once the job has ended and
+  // every event was taken (then ended() is true).
+  bool Next(trainyard::v1::JobEvent* event, std::chrono::milliseconds timeout);
+  bool ended() const;
+
+  // For the coordinator.
+  void Push(trainyard::v1::JobEvent event);
+  void End();
+
+ private:
+  static constexpr size_t kMaxQueued = 10000;  // beyond it, step metrics are dropped
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<trainyard::v1::JobEvent> queue_;
+  bool ended_ = false;
+};
+
+class Coordinator {
+ public:
+  // Loads every job from `store` (a restarted coordinator carries on where it stopped).
+  static StatusOr<std::unique_ptr<Coordinator>> Create(std::unique_ptr<JobStore> store,
+                                                       const Clock* clock,
+                                                       CoordinatorOptions options = {});
+  ~Coordinator();
+
+  // ---- Clients ----
+  // InvalidArgument listing every problem of the spec; FailedPrecondition when it can never
+  // fit the alive workers. The job is PENDING (committed) when this returns.
+  StatusOr<trainyard::v1::Job> Submit(const std::string& spec_json);
+  StatusOr<trainyard::v1::Job> GetJob(const std::string& id);
+  StatusOr<trainyard::v1::ListJobsResponse> ListJobs(const trainyard::v1::ListJobsRequest& req);
+  StatusOr<trainyard::v1::Job> Cancel(const std::string& id, bool checkpoint);
+  // The job's current state first (see service.proto), then its events until it ends.
+  StatusOr<std::shared_ptr<Watcher>> Watch(const std::string& id);
+  std::vector<trainyard::v1::WorkerInfo> ListWorkers();
+
+  // ---- Workers ----
+  StatusOr<trainyard::v1::RegisterWorkerResponse> RegisterWorker(
+      const trainyard::v1::RegisterWorkerRequest& req);
+  // NotFound when the worker must register (again) first.
+  Status Heartbeat(const trainyard::v1::WorkerHeartbeat& hb);
+  // Waits up to `timeout` for commands for worker `name` and takes them. Aborted when `name`
+  // registered again since `incarnation` (a newer stream serves it now) or is not alive.
+  StatusOr<std::vector<trainyard::v1::WorkerCommand>> TakeCommands(
+      const std::string& name, int64_t incarnation, std::chrono::milliseconds timeout);
+  // The worker's incarnation now; NotFound when it is not registered.
+  StatusOr<int64_t> Incarnation(const std::string& name);
+  Status ReportMetrics(const trainyard::v1::MetricsReport& report);
+  Rendezvous& rendezvous() { return rendezvous_; }
+
+  // Liveness, hangs, stragglers, timeouts, then scheduling.
+  void Tick();
+
+  // For the Prometheus endpoint.
+  struct JobGauges {
+    std::string id;
+    trainyard::v1::JobState state;
+    trainyard::v1::StepMetrics last_step;
+    int restarts = 0;
+    bool hung = false;    // the last attempt ended with a hang diagnosis
+    int stragglers = 0;   // ranks flagged now
+  };
+  struct Snapshot {
+    std::map<trainyard::v1::JobState, int> jobs_by_state;
+    int queue_length = 0;  // PENDING and RESTARTING
+    int workers_alive = 0;
+    int workers_known = 0;
+    std::vector<JobGauges> jobs;  // jobs not yet final, and final ones of the last hour
+  };
+  Snapshot GetSnapshot();
+
+  const CoordinatorOptions& options() const { return options_; }
+
+ private:
+  struct RankRuntime {
+    trainyard::v1::RankPlacement placement;
+    trainyard::v1::RankStatus status;
+    bool reported = false;  // in a heartbeat (or the registration) of its worker
+    Clock::TimePoint received{};
+    trainyard::v1::StepMetrics last_step;
+  };
+  struct Entry {
+    trainyard::v1::Job job;
+    spec::JobSpec spec;
+    int64_t next_event_seq = 1;
+    std::vector<std::weak_ptr<Watcher>> watchers;
+    // The last attempt's ranks, while they run or are being stopped.
+    std::map<int, RankRuntime> ranks;
+    Clock::TimePoint attempt_started{};
+    bool stopping = false;  // the attempt is over; waiting for its ranks to exit
+    Clock::TimePoint stop_deadline{};
+    std::unique_ptr<StragglerDetector> stragglers;
+    Clock::TimePoint last_persist{};
+    Clock::TimePoint last_step_at{};
+    double step_seconds = 0;  // smoothed wall time between rank 0's steps
+  };
+
+  Coordinator(std::unique_ptr<JobStore> store, const Clock* clock, CoordinatorOptions options);
+  Status Load();
+
+  // All under mu_.
+  Entry* Find(const std::string& id);
+  int64_t NowMs() const;
+  Status Commit(Entry& e, const trainyard::v1::JobEvent* event);
+  // Stores (unless a step) and publishes `event` to the job's watchers.
+  Status Emit(Entry& e, trainyard::v1::JobEvent event);
+  Status Transition(Entry& e, trainyard::v1::JobState to, const std::string& reason);
+  bool ActiveAttempt(const Entry& e) const;  // SCHEDULED or RUNNING
+  void StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacement> ranks);
+  // Ends the current attempt: stops its ranks and restarts the job or fails it.
+  void AbortAttempt(Entry& e, const std::string& reason, bool restartable = true);
+  void EndAttempt(Entry& e, const std::string& reason);
+  void StopRanks(Entry& e, bool checkpoint, const std::string& reason, bool cancel);
+  void Send(const std::string& worker, trainyard::v1::WorkerCommand command);
+  void OnRankStatus(const std::string& worker, const trainyard::v1::RankStatus& s);
+  void OnRankExit(Entry& e, RankRuntime& r);
+  void CheckStopped(Entry& e);
+  void CheckLiveness(Entry& e);
+  void CheckHang(Entry& e);
+  void CheckStragglers(Entry& e);
+  void Schedule();
+  std::vector<WorkerCapacity> FreeCapacity(bool gpu) const;
+  trainyard::v1::Job ForClient(const Entry& e, bool summary) const;
+
+  std::unique_ptr<JobStore> store_;
+  const Clock* clock_;
+  const CoordinatorOptions options_;
+  Clock::TimePoint started_;
+  Rendezvous rendezvous_;
+
+  std::mutex mu_;
+  std::condition_variable commands_cv_;
+  WorkerRegistry registry_;
+  std::map<std::string, std::unique_ptr<Entry>> jobs_;
+  std::vector<std::string> order_;  // job ids in submit order
+  std::map<std::string, std::deque<trainyard::v1::WorkerCommand>> outbox_;
+  int64_t next_job_number_ = 1;
+};
+
+const char* JobStateName(trainyard::v1::JobState state);
+bool IsFinal(trainyard::v1::JobState state);
+
+}  // namespace trainyard::server

@@ -1,0 +1,51 @@
+#include "server/coordinator_metrics.h"
+
+namespace trainyard::server {
+namespace {
+
+prometheus::Family<prometheus::Gauge>& Gauge(prometheus::Registry& r, const char* name,
+                                             const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
+    : jobs_(Gauge(r, "trainyard_jobs", "Jobs known to the coordinator, by state")),
+      queue_length_(Gauge(r, "trainyard_queue_length", "Jobs waiting for capacity (PENDING, RESTARTING)").Add({})),
+      workers_alive_(Gauge(r, "trainyard_workers_alive", "Workers heartbeating").Add({})),
+      workers_registered_(Gauge(r, "trainyard_workers_registered", "Workers ever registered with this coordinator").Add({})),
+      step_(Gauge(r, "trainyard_job_step", "Optimizer steps a job has completed")),
+      total_steps_(Gauge(r, "trainyard_job_total_steps", "A job's length in steps")),
+      loss_(Gauge(r, "trainyard_job_loss", "Training loss of a job's latest step (mean over ranks)")),
+      samples_per_second_(Gauge(r, "trainyard_job_samples_per_second", "Training throughput of a job's latest step, all ranks")),
+      tokens_per_second_(Gauge(r, "trainyard_job_tokens_per_second", "Training throughput of a job's latest step in tokens, all ranks")),
+      eta_(Gauge(r, "trainyard_job_eta_seconds", "Estimated time left for a job")),
+      restarts_(Gauge(r, "trainyard_job_restarts", "Attempts of a job that were aborted and restarted")),
+      hung_(Gauge(r, "trainyard_job_hung", "1 when a job's latest attempt was ended by a hang diagnosis")),
+      stragglers_(Gauge(r, "trainyard_job_stragglers", "Ranks of a job flagged as stragglers now")) {}
+
+void CoordinatorMetrics::Update(const Coordinator::Snapshot& s) {
+  for (int st = trainyard::v1::PENDING; st <= trainyard::v1::CANCELLED; ++st) {
+    const auto state = static_cast<trainyard::v1::JobState>(st);
+    auto it = s.jobs_by_state.find(state);
+    jobs_.Add({{"state", JobStateName(state)}}).Set(it == s.jobs_by_state.end() ? 0 : it->second);
+  }
+  queue_length_.Set(s.queue_length);
+  workers_alive_.Set(s.workers_alive);
+  workers_registered_.Set(s.workers_known);
+  for (const Coordinator::JobGauges& j : s.jobs) {
+    const prometheus::Labels job{{"job", j.id}};
+    step_.Add(job).Set(static_cast<double>(j.last_step.step()));
+    total_steps_.Add(job).Set(static_cast<double>(j.last_step.total_steps()));
+    loss_.Add(job).Set(j.last_step.loss());
+    samples_per_second_.Add(job).Set(j.last_step.samples_per_second());
+    tokens_per_second_.Add(job).Set(j.last_step.tokens_per_second());
+    eta_.Add(job).Set(IsFinal(j.state) ? 0 : j.last_step.eta_seconds());
+    restarts_.Add(job).Set(j.restarts);
+    hung_.Add(job).Set(j.hung ? 1 : 0);
+    stragglers_.Add(job).Set(j.stragglers);
+  }
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,38 @@
+// The coordinator's Prometheus metrics (served on /metrics by the coordinator's main): jobs by
+// state, queue length, workers, and per job its step, loss, throughput, ETA, restarts, and the
+// hang and straggler flags. Update() copies a Coordinator::Snapshot into the gauges.
+#pragma once
+
+#include <memory>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include "server/coordinator.h"
+
+namespace trainyard::server {
+
+class CoordinatorMetrics {
+ public:
+  explicit CoordinatorMetrics(prometheus::Registry& registry);
+  void Update(const Coordinator::Snapshot& s);
+
+ private:
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Gauge& queue_length_;
+  prometheus::Gauge& workers_alive_;
+  prometheus::Gauge& workers_registered_;
+  prometheus::Family<prometheus::Gauge>& step_;
+  prometheus::Family<prometheus::Gauge>& total_steps_;
+  prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& samples_per_second_;
+  prometheus::Family<prometheus::Gauge>& tokens_per_second_;
+  prometheus::Family<prometheus::Gauge>& eta_;
+  prometheus::Family<prometheus::Gauge>& restarts_;
+  prometheus::Family<prometheus::Gauge>& hung_;
+  prometheus::Family<prometheus::Gauge>& stragglers_;
+};
+
+}  // namespace trainyard::server

@@ -1,0 +1,184 @@
+// trainyard-coordinator: serves the Coordinator and Worker gRPC services (with health checking
+// and reflection) and a Prometheus /metrics endpoint, keeps jobs in a SQLite file, and ticks
+// the coordinator's checks. SIGINT / SIGTERM stop it; a restart carries on from the file.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/flags.h"
+#include "common/logging.h"
+#include "common/signals.h"
+#include "proto/rpc.h"
+#include "server/coordinator_metrics.h"
+#include "server/grpc_services.h"
+
+namespace {
+
+using namespace trainyard;
+using namespace std::chrono_literals;
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "trainyard-coordinator: error: %s\n", message.c_str());
+  return 1;
+}
+
+StatusOr<server::AuthPolicy> ReadAuth(const Flags& f) {
+  server::AuthPolicy auth;
+  auth.mtls = !f.Get("tls-client-ca").empty();
+  const std::string& path = f.Get("tokens-file");
+  if (path.empty()) return auth;
+  std::ifstream in(path);
+  if (!in) return InvalidArgumentError("--tokens-file " + path + ": cannot read the file");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string token;
+    if (words >> token && token[0] != '#') auth.tokens.insert(token);
+  }
+  if (auth.tokens.empty()) {
+    return InvalidArgumentError("--tokens-file " + path + " holds no token (one per line)");
+  }
+  return auth;
+}
+
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const Flags& f) {
+  if (f.Get("tls-cert").empty()) {
+    if (!f.Get("tls-client-ca").empty()) {
+      return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+    }
+    if (!rpc::IsLoopback(f.Get("listen")) && !f.On("insecure-plaintext")) {
+      return InvalidArgumentError("--listen " + f.Get("listen") +
+                                  " is not a loopback address: give --tls-cert and --tls-key, "
+                                  "or allow plaintext explicitly with --insecure-plaintext");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.cert_chain, rpc::ReadPem(f.Get("tls-cert"), "--tls-cert"));
+  ASSIGN_OR_RETURN(pair.private_key, rpc::ReadPem(f.Get("tls-key"), "--tls-key"));
+  ssl.pem_key_cert_pairs.push_back(pair);
+  if (!f.Get("tls-client-ca").empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, rpc::ReadPem(f.Get("tls-client-ca"), "--tls-client-ca"));
+    // Clients (the CLI) may come with a token instead; workers must present a certificate
+    // (checked per call in grpc_services.cc).
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+int Run(const Flags& f) {
+  StatusOr<server::AuthPolicy> auth = ReadAuth(f);
+  if (!auth.ok()) return Fail(std::string(auth.status().message()));
+  StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(f);
+  if (!creds.ok()) return Fail(std::string(creds.status().message()));
+  StatusOr<double> hb_timeout = f.Double("heartbeat-timeout", 0.1, 3600);
+  StatusOr<double> hb_interval = f.Double("heartbeat-interval", 0.01, 600);
+  if (!hb_timeout.ok()) return Fail(std::string(hb_timeout.status().message()));
+  if (!hb_interval.ok()) return Fail(std::string(hb_interval.status().message()));
+
+  const std::string state_dir = f.Get("state-dir");
+  ::mkdir(state_dir.c_str(), 0755);
+  StatusOr<std::unique_ptr<server::JobStore>> store =
+      server::OpenSqliteJobStore(state_dir + "/jobs.db");
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  server::CoordinatorOptions options;
+  options.heartbeat_timeout = std::chrono::milliseconds(std::llround(*hb_timeout * 1000));
+  options.heartbeat_interval = std::chrono::milliseconds(std::llround(*hb_interval * 1000));
+  options.checkpoint_root = f.Get("checkpoint-root");
+  StatusOr<std::unique_ptr<server::Coordinator>> coordinator =
+      server::Coordinator::Create(*std::move(store), Clock::Real(), options);
+  if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
+
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(f.Get("metrics-listen"));
+  } catch (const std::exception& e) {
+    return Fail("--metrics-listen " + f.Get("metrics-listen") + ": " + e.what());
+  }
+  auto registry = std::make_shared<prometheus::Registry>();
+  exposer->RegisterCollectable(registry);
+  server::CoordinatorMetrics metrics(*registry);
+
+  std::atomic<bool> stopping{false};
+  server::CoordinatorService client_service(coordinator->get(), *auth, &stopping);
+  server::WorkerService worker_service(coordinator->get(), *auth, &stopping);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(f.Get("listen"), *creds, &port);
+  builder.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(rpc::kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.RegisterService(&client_service);
+  builder.RegisterService(&worker_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return Fail("cannot listen on " + f.Get("listen"));
+
+  const std::string listen = f.Get("listen");
+  const std::string address = listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);
+  const auto metrics_ports = exposer->GetListeningPorts();
+  const std::string mlisten = f.Get("metrics-listen");
+  const std::string metrics_address = mlisten.substr(0, mlisten.rfind(':')) + ":" +
+                                      std::to_string(metrics_ports.empty() ? 0 : metrics_ports[0]);
+  TY_LOG(INFO) << "coordinator listening on " << address << " ("
+               << (f.Get("tls-cert").empty() ? "plaintext" : auth->mtls ? "mutual TLS" : "TLS")
+               << (auth->tokens.empty() ? "" : ", tokens") << "), metrics on http://"
+               << metrics_address << "/metrics, jobs in " << state_dir << "/jobs.db";
+  if (!f.Get("ready-file").empty()) {
+    const std::string tmp = f.Get("ready-file") + ".tmp";
+    std::ofstream(tmp) << address << "\n" << metrics_address << "\n";
+    std::rename(tmp.c_str(), f.Get("ready-file").c_str());
+  }
+
+  ScopedStopSignals signals(OnSignal);
+  while (!g_stop.load()) {
+    (*coordinator)->Tick();
+    metrics.Update((*coordinator)->GetSnapshot());
+    std::this_thread::sleep_for(100ms);
+  }
+  TY_LOG(INFO) << "coordinator stopping";
+  stopping = true;
+  server->Shutdown(std::chrono::system_clock::now() + 2s);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f("usage: trainyard-coordinator [flags]\n\nflags:");
+  f.Value("listen", "127.0.0.1:7600", "gRPC address (port 0 picks one)")
+      .Value("metrics-listen", "127.0.0.1:9600", "Prometheus /metrics address (port 0 picks one)")
+      .Value("state-dir", "trainyard-state", "directory of the job store (jobs.db)")
+      .Value("checkpoint-root", "", "checkpoints of jobs without checkpoint.dir go to ROOT/<job id>")
+      .Value("heartbeat-interval", "1", "seconds between a worker's heartbeats")
+      .Value("heartbeat-timeout", "10", "seconds without a heartbeat until a worker is lost")
+      .Value("tls-cert", "", "PEM certificate chain of this server (turns TLS on)")
+      .Value("tls-key", "", "PEM private key of --tls-cert")
+      .Value("tls-client-ca", "", "PEM CA of client certificates: mutual TLS, required of workers")
+      .Value("tokens-file", "", "bearer tokens clients must send, one per line")
+      .Switch("insecure-plaintext", "allow plaintext on a non-loopback --listen")
+      .Value("ready-file", "", "write the gRPC and metrics addresses here once serving");
+  Status parsed = f.Parse(std::vector<std::string>(argv + 1, argv + argc));
+  if (f.help()) {
+    std::fputs(f.Help().c_str(), stdout);
+    return 0;
+  }
+  if (!parsed.ok()) return Fail(std::string(parsed.message()) + "\n" + f.Help()) == 1 ? 2 : 2;
+  return Run(f);
+}

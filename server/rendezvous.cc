@@ -1,0 +1,108 @@
+#include "server/rendezvous.h"
+
+namespace trainyard::server {
+
+void Rendezvous::Open(const Scope& scope) {
+  std::lock_guard<std::mutex> lock(mu_);
+  spaces_[{scope.job_id, scope.attempt}].secret = scope.secret;
+}
+
+void Rendezvous::Close(const std::string& job_id, int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  spaces_.erase({job_id, attempt});
+  cv_.notify_all();
+}
+
+StatusOr<Rendezvous::Space*> Rendezvous::Find(const Scope& scope) {
+  auto it = spaces_.find({scope.job_id, scope.attempt});
+  const std::string name = "job " + scope.job_id + " attempt " + std::to_string(scope.attempt);
+  if (it == spaces_.end()) return NotFoundError("rendezvous of " + name + " is not open (over?)");
+  if (it->second.secret != scope.secret) {
+    return Status(StatusCode::kPermissionDenied, "wrong rendezvous secret for " + name);
+  }
+  return &it->second;
+}
+
+Status Rendezvous::CheckSize(const std::string& key, size_t value_bytes) const {
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    return InvalidArgumentError("rendezvous key of " + std::to_string(key.size()) +
+                                " bytes: must be 1 to " + std::to_string(kMaxKeyBytes));
+  }
+  if (value_bytes > kMaxValueBytes) {
+    return InvalidArgumentError("rendezvous value of " + std::to_string(value_bytes) +
+                                " bytes for key " + key + ": at most " +
+                                std::to_string(kMaxValueBytes));
+  }
+  return OkStatus();
+}
+
+Status Rendezvous::Set(const Scope& scope, const std::string& key, const std::string& value) {
+  RETURN_IF_ERROR(CheckSize(key, value.size()));
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Space * space, Find(scope));
+  if (space->values.size() >= kMaxKeys && space->values.count(key) == 0) {
+    return ResourceExhaustedError("rendezvous of job " + scope.job_id + " holds " +
+                                  std::to_string(kMaxKeys) + " keys, the most it may");
+  }
+  space->values[key] = value;
+  cv_.notify_all();
+  return OkStatus();
+}
+
+StatusOr<std::string> Rendezvous::Get(const Scope& scope, const std::string& key,
+                                      std::chrono::milliseconds timeout) {
+  RETURN_IF_ERROR(CheckSize(key, 0));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    ASSIGN_OR_RETURN(Space * space, Find(scope));
+    auto it = space->values.find(key);
+    if (it != space->values.end()) return it->second;
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      ASSIGN_OR_RETURN(space, Find(scope));
+      it = space->values.find(key);
+      if (it != space->values.end()) return it->second;
+      return DeadlineExceededError("rendezvous key " + key + " not set within " +
+                                   std::to_string(timeout.count()) + " ms");
+    }
+  }
+}
+
+Status Rendezvous::Wait(const Scope& scope, const std::vector<std::string>& keys,
+                        std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    ASSIGN_OR_RETURN(Space * space, Find(scope));
+    std::string missing;
+    for (const std::string& k : keys) {
+      if (space->values.count(k) == 0) missing += (missing.empty() ? "" : ", ") + k;
+    }
+    if (missing.empty()) return OkStatus();
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return DeadlineExceededError("rendezvous keys not set within " +
+                                   std::to_string(timeout.count()) + " ms: " + missing);
+    }
+  }
+}
+
+StatusOr<int64_t> Rendezvous::Add(const Scope& scope, const std::string& key, int64_t delta) {
+  RETURN_IF_ERROR(CheckSize(key, 0));
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Space * space, Find(scope));
+  std::string& v = space->values[key];
+  int64_t n = 0;
+  if (!v.empty()) {
+    char* end = nullptr;
+    n = std::strtoll(v.c_str(), &end, 10);
+    if (*end != '\0') {
+      return FailedPreconditionError("rendezvous key " + key + " holds a non-integer value");
+    }
+  }
+  n += delta;
+  v = std::to_string(n);
+  cv_.notify_all();
+  return n;
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,58 @@
+// Rendezvous: the key-value store the ranks of one job attempt meet through (Gloo's addresses,
+// NCCL's unique id, start-up barriers): dist::Store's four operations, served over gRPC by the
+// Worker service. Each attempt has its own scope, open while the attempt runs and guarded by
+// its secret. Thread-safe; waits are bounded by the caller's timeout.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trainyard::server {
+
+class Rendezvous {
+ public:
+  struct Scope {
+    std::string job_id;
+    int attempt = 0;
+    std::string secret;
+  };
+
+  void Open(const Scope& scope);
+  // Drops the scope's keys and wakes its waiters (who get NotFound).
+  void Close(const std::string& job_id, int attempt);
+
+  // NotFound when the attempt is not open (over, or never started); PermissionDenied for a
+  // wrong secret; InvalidArgument for a key or value over the limits below.
+  Status Set(const Scope& scope, const std::string& key, const std::string& value);
+  StatusOr<std::string> Get(const Scope& scope, const std::string& key,
+                            std::chrono::milliseconds timeout);
+  Status Wait(const Scope& scope, const std::vector<std::string>& keys,
+              std::chrono::milliseconds timeout);
+  StatusOr<int64_t> Add(const Scope& scope, const std::string& key, int64_t delta);
+
+  static constexpr size_t kMaxKeyBytes = 1024;
+  static constexpr size_t kMaxValueBytes = 1 << 20;
+  static constexpr size_t kMaxKeys = 100000;  // per attempt
+
+ private:
+  struct Space {
+    std::string secret;
+    std::map<std::string, std::string> values;
+  };
+  using Key = std::pair<std::string, int>;
+  // The open space of `scope` after checking its secret; mu_ held.
+  StatusOr<Space*> Find(const Scope& scope);
+  Status CheckSize(const std::string& key, size_t value_bytes) const;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, Space> spaces_;
+};
+
+}  // namespace trainyard::server
