@@ -1,11 +1,14 @@
-// trainyard: the command-line client. Today it trains on one machine (`train`, in one process
-// or as several with --nproc); the service commands (submit, list, describe, watch, cancel,
-// local) arrive with the service.
+// trainyard: the command-line client. `train` runs on this machine without the service (in
+// one process, or as several with --nproc); the other commands talk to a coordinator, and
+// `local` runs the service itself on this machine.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "client/train_command.h"
+#ifdef TY_HAVE_SERVICE
+#include "client/service_commands.h"
+#endif
 
 namespace {
 
@@ -14,13 +17,24 @@ constexpr const char* kVersion = "0.1.0";
 constexpr const char* kHelp =
     "trainyard: train models with Trainyard\n"
     "\n"
-    "usage: trainyard <command> [arguments]\n"
+    "usage: trainyard <command> [arguments]   (trainyard <command> --help for each)\n"
     "\n"
     "commands:\n"
-    "  train SPEC.yaml   train on this machine: in this process, or as N with --nproc N\n"
-    "                    (trainyard train --help)\n"
-    "  version           print the version\n"
-    "  help              print this help\n";
+    "  train SPEC.yaml      train on this machine without the service: in this process,\n"
+    "                       or as N with --nproc N\n"
+    "  local SPEC.yaml      run the service here (a coordinator and --workers N worker\n"
+    "                       daemons on loopback), train the job and watch it to the end\n"
+    "  submit SPEC.yaml     submit a job to the coordinator (--coordinator, TLS, --token)\n"
+    "  list                 list jobs\n"
+    "  describe JOB         a job's state, attempts, ranks, metrics and diagnoses\n"
+    "  watch JOB            follow a job with a progress bar until it ends\n"
+    "  cancel JOB           cancel a job (--checkpoint saves one first)\n"
+    "  workers              list the registered workers\n"
+    "  version              print the version\n"
+    "  help                 print this help\n"
+    "\n"
+    "The service commands read TRAINYARD_COORDINATOR, TRAINYARD_TOKEN, TRAINYARD_CA_CERT,\n"
+    "TRAINYARD_CERT and TRAINYARD_KEY; -o json prints JSON for scripts.\n";
 
 }  // namespace
 
@@ -37,7 +51,15 @@ int main(int argc, char** argv) {
     std::printf("trainyard %s\n", kVersion);
     return 0;
   }
-  std::fprintf(stderr, "trainyard: error: unknown command \"%s\"; commands: train, version, help\n",
+#ifdef TY_HAVE_SERVICE
+  if (command == "local") return trainyard::client::RunLocalCommand(args);
+  for (const char* c : {"submit", "list", "describe", "watch", "cancel", "workers"}) {
+    if (command == c) return trainyard::client::RunServiceCommand(command, args);
+  }
+#endif
+  std::fprintf(stderr,
+               "trainyard: error: unknown command \"%s\"; commands: train, local, submit, list, "
+               "describe, watch, cancel, workers, version, help\n",
                command.c_str());
   return 2;
 }

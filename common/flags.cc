@@ -10,24 +10,38 @@ namespace trainyard {
 
 Flags& Flags::Value(const std::string& name, std::string default_value, std::string help) {
   order_.push_back(name);
-  flags_[name] = Flag{false, std::move(default_value), std::move(help)};
+  flags_[name] = Flag{false, std::move(default_value), std::move(help), {}};
   return *this;
 }
 
 Flags& Flags::Switch(const std::string& name, std::string help) {
   order_.push_back(name);
-  flags_[name] = Flag{true, "", std::move(help)};
+  flags_[name] = Flag{true, "", std::move(help), {}};
   return *this;
+}
+
+Flags& Flags::Alias(const std::string& short_name, const std::string& name) {
+  aliases_[short_name] = name;
+  return *this;
+}
+
+std::vector<std::string> Flags::All(const std::string& name) const {
+  Get(name);
+  return flags_.at(name).given;
 }
 
 Status Flags::Parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    std::string a = args[i];
     if (a == "-h" || a == "--help") {
       help_ = true;
       continue;
     }
-    if (a.rfind("--", 0) != 0) return InvalidArgumentError("unexpected argument \"" + a + "\"");
+    if (auto alias = aliases_.find(a); alias != aliases_.end()) a = "--" + alias->second;
+    if (a.rfind("--", 0) != 0 || a == "--") {
+      positional_.push_back(a);
+      continue;
+    }
     const size_t eq = a.find('=');
     const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     auto it = flags_.find(name);
@@ -37,8 +51,10 @@ Status Flags::Parse(const std::vector<std::string>& args) {
       it->second.value = "1";
     } else if (eq != std::string::npos) {
       it->second.value = a.substr(eq + 1);
+      it->second.given.push_back(it->second.value);
     } else if (i + 1 < args.size()) {
       it->second.value = args[++i];
+      it->second.given.push_back(it->second.value);
     } else {
       return InvalidArgumentError("--" + name + " needs a value");
     }

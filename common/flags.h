@@ -16,13 +16,18 @@ class Flags {
   explicit Flags(std::string usage) : usage_(std::move(usage)) {}
   Flags& Value(const std::string& name, std::string default_value, std::string help);
   Flags& Switch(const std::string& name, std::string help);
+  // `short_name` ("-o") stands for --name.
+  Flags& Alias(const std::string& short_name, const std::string& name);
 
   // InvalidArgument naming an unknown flag or a value flag without its value. "-h"/"--help"
-  // sets help().
+  // sets help(); other arguments are positional(). A value flag given again keeps every value
+  // (All()); Get() is the last.
   Status Parse(const std::vector<std::string>& args);
 
   const std::string& Get(const std::string& name) const;
   bool On(const std::string& name) const;
+  std::vector<std::string> All(const std::string& name) const;
+  const std::vector<std::string>& positional() const { return positional_; }
   // The value as an integer or a number in [lo, hi]; InvalidArgument naming the flag.
   StatusOr<int64_t> Int(const std::string& name, int64_t lo, int64_t hi) const;
   StatusOr<double> Double(const std::string& name, double lo, double hi) const;
@@ -34,10 +39,13 @@ class Flags {
     bool is_switch = false;
     std::string value;
     std::string help;
+    std::vector<std::string> given;
   };
   std::string usage_;
   std::vector<std::string> order_;
   std::map<std::string, Flag> flags_;
+  std::map<std::string, std::string> aliases_;
+  std::vector<std::string> positional_;
   bool help_ = false;
 };
 

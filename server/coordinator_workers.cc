@@ -190,9 +190,9 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
     auto it = e->ranks.find(m.rank());
     if (it == e->ranks.end()) return InvalidArgumentError("no rank " + std::to_string(m.rank()));
     it->second.last_step = m;
+    // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
     e->stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() +
-                                         m.backward_seconds() - m.allreduce_wait_seconds() +
-                                         m.optimizer_seconds());
+                                         m.backward_seconds() + m.optimizer_seconds());
     if (m.rank() != 0) return OkStatus();
     const auto now = clock_->Now();
     if (e->last_step_at != Clock::TimePoint{} && m.step() > e->job.last_step().step()) {

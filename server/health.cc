@@ -89,7 +89,7 @@ std::vector<StragglerDetector::Change> StragglerDetector::Update() {
     std::sort(others.begin(), others.end());
     const size_t n = others.size();
     const double median = n % 2 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2;
-    const bool now = median > 0 && m > factor_ * median;
+    const bool now = median > 0 && m > factor_ * median && m - median >= kMinExcessSeconds;
     bool& was = flagged_[rank];
     if (now != was) changes.push_back({rank, now, m, median});
     was = now;

@@ -34,7 +34,8 @@ std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ra
 
 // Flags ranks whose mean compute time per step (the step without its all-reduce wait) over the
 // last `window` steps is above factor x the median of the other ranks' means; a flag clears when the
-// rank drops below. Needs every rank to have a full window.
+// rank drops below. Needs every rank to have a full window. A rank must also be at least
+// kMinExcessSeconds slower: steps of a few milliseconds vary by multiples from noise alone.
 class StragglerDetector {
  public:
   StragglerDetector(int world_size, double factor, int window)
@@ -50,6 +51,8 @@ class StragglerDetector {
   };
   std::vector<Change> Update();
   std::vector<int> Flagged() const;
+
+  static constexpr double kMinExcessSeconds = 0.02;
 
  private:
   int world_size_;

@@ -179,6 +179,12 @@ int main(int argc, char** argv) {
     std::fputs(f.Help().c_str(), stdout);
     return 0;
   }
-  if (!parsed.ok()) return Fail(std::string(parsed.message()) + "\n" + f.Help()) == 1 ? 2 : 2;
+  if (parsed.ok() && !f.positional().empty()) {
+    parsed = InvalidArgumentError("unexpected argument \"" + f.positional()[0] + "\"");
+  }
+  if (!parsed.ok()) {
+    Fail(std::string(parsed.message()) + "\n" + f.Help());
+    return 2;
+  }
   return Run(f);
 }

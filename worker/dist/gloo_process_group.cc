@@ -167,6 +167,7 @@ std::shared_ptr<Work> GlooProcessGroup::Enqueue(const std::string& what, const s
   auto work = std::make_shared<Work>(what + " #" + std::to_string(seq) + suffix);
   work->set_bytes(bytes);
   queue_.push_back(Task{work, seq, peers, std::move(run)});
+  NoteIssued(seq);
   cv_.notify_all();
   return work;
 }
@@ -208,6 +209,7 @@ void GlooProcessGroup::Loop() {
       } catch (const std::exception&) {
       }
     }
+    NoteDone(task.seq);
     task.work->Finish(std::move(st));
   }
   std::deque<Task> left;

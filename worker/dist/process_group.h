@@ -14,6 +14,7 @@
 // first error (Aborted), because the ranks no longer agree on where they are.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -107,9 +108,21 @@ class ProcessGroup {
                                               ReduceOp op = ReduceOp::kSum) = 0;
   virtual std::shared_ptr<Work> Barrier() = 0;
 
+  // Progress, for health reports (any thread): the sequence number of the last collective
+  // issued and of the last one finished (0: none yet). issued > done while one runs or waits.
+  int64_t collectives_issued() const { return issued_.load(std::memory_order_relaxed); }
+  int64_t collectives_done() const { return done_.load(std::memory_order_relaxed); }
+
+ protected:
+  // For backends: call when op `seq` is queued and when it finishes.
+  void NoteIssued(int64_t seq) { issued_.store(seq, std::memory_order_relaxed); }
+  void NoteDone(int64_t seq) { done_.store(seq, std::memory_order_relaxed); }
+
  private:
   int rank_;
   int size_;
+  std::atomic<int64_t> issued_{0};
+  std::atomic<int64_t> done_{0};
 };
 
 // Creates the group for `backend` ("gloo", "nccl") over `store`, connecting to every other rank

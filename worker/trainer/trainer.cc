@@ -304,7 +304,30 @@ Tensor Trainer::Loss(const Tensor& output, const Tensor& target) const {
   return ops::CrossEntropy(ops::Reshape(output, {-1, output.size(-1)}), ops::Reshape(target, {-1}));
 }
 
+const char* PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kStarting: return "starting";
+    case Phase::kData: return "data";
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kAllReduceWait: return "allreduce_wait";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kEvaluate: return "evaluate";
+    case Phase::kCheckpoint: return "checkpoint";
+    case Phase::kDone: return "done";
+  }
+  return "unknown";
+}
+
+void Progress::Set(Phase p) {
+  phase.store(static_cast<int>(p));
+  phase_since_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           SteadyClock::now().time_since_epoch())
+                           .count());
+}
+
 Status Trainer::SaveCheckpoint(std::string* path) {
+  SetPhase(Phase::kCheckpoint);
   // A ZeRO optimizer's state is gathered from every rank; then rank 0 alone writes.
   std::vector<optim::NamedTensor> optimizer_state;
   if (dp_ && dp_->zero()) {
@@ -333,6 +356,7 @@ StatusOr<EvalMetrics> Trainer::Evaluate() {
   if (!eval_loader_)
     return FailedPreconditionError("this job's data holds nothing out for evaluation");
   const auto start = SteadyClock::now();
+  SetPhase(Phase::kEvaluate);
   const bool was_training = model_->is_training();
   model_->Eval();
   autograd::NoGradGuard no_grad;
@@ -377,6 +401,7 @@ Status Trainer::ForwardBackward(StepMetrics* m) {
   double loss_sum = 0;
   for (int64_t micro = 0; micro < micro_batches;) {
     auto t0 = SteadyClock::now();
+    SetPhase(Phase::kData);
     StatusOr<std::optional<data::Batch>> next = train_loader_->Next(options_.data_timeout);
     if (!next.ok()) return next.status();
     if (!next->has_value()) {  // the epoch is over
@@ -389,6 +414,7 @@ Status Trainer::ForwardBackward(StepMetrics* m) {
     m->data_seconds += SecondsSince(t0);
 
     auto t1 = SteadyClock::now();
+    SetPhase(Phase::kForward);
     // The step's gradient is the mean over its micro-batches (and, by the reducer, ranks).
     Tensor loss = Loss(model_->Forward(batch.input), batch.target);
     loss_sum += loss.item();
@@ -396,11 +422,15 @@ Status Trainer::ForwardBackward(StepMetrics* m) {
     m->forward_seconds += SecondsSince(t1);
 
     auto t2 = SteadyClock::now();
+    SetPhase(Phase::kBackward);
     ++micro;
     if (dp_) dp_->BeforeBackward(/*sync=*/micro == micro_batches);
     RETURN_IF_ERROR(autograd::Backward(loss));
     loss = Tensor();
-    if (dp_) RETURN_IF_ERROR(dp_->AfterBackward());
+    if (dp_) {
+      SetPhase(Phase::kAllReduceWait);
+      RETURN_IF_ERROR(dp_->AfterBackward());
+    }
     m->backward_seconds += SecondsSince(t2);
   }
   m->loss = loss_sum / static_cast<double>(micro_batches);
@@ -417,6 +447,7 @@ bool Trainer::StopRequested() const { return options_.stop != nullptr && options
 
 Status Trainer::OptimizerStep(StepMetrics* m) {
   auto t3 = SteadyClock::now();
+  SetPhase(Phase::kOptimizer);
   m->grad_norm = std::nan("");
   const double clip = spec_.grad_clip_norm;
   if (dp_ && dp_->zero()) {
@@ -457,6 +488,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     // rank has seen it through the step's agreement.
     std::optional<bool> agreed_stop;
     if (dp_) {
+      SetPhase(Phase::kAllReduceWait);
       ASSIGN_OR_RETURN(DataParallel::Agreement agreed, dp_->AgreeOnStep(m.loss, StopRequested()));
       m.loss = agreed.mean_loss;
       agreed_stop = agreed.stop;
@@ -469,6 +501,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     RETURN_IF_ERROR(OptimizerStep(&m));
 
     ++step_;
+    if (options_.progress) options_.progress->step.store(step_);
     m.step = step_;
     m.total_steps = total_steps_;
     m.tokens = m.samples * data_.tokens_per_sample;
@@ -506,6 +539,7 @@ StatusOr<TrainSummary> Trainer::Run() {
   if (!summary.interrupted && eval_loader_ && last_eval_step != step_) {
     ASSIGN_OR_RETURN(summary.eval, Evaluate());
   }
+  SetPhase(Phase::kDone);
   summary.steps = step_;
   summary.world_size = world_size_;
   summary.optimizer_state_bytes = optimizer_state_bytes();

@@ -102,6 +102,21 @@ struct TrainSummary {
   int64_t optimizer_state_bytes = 0;
 };
 
+// What the training thread is doing now, for health reports read from another thread (a rank
+// under the worker daemon reports it every half second; the coordinator names a hung rank by it).
+enum class Phase : int {
+  kStarting, kData, kForward, kBackward, kAllReduceWait, kOptimizer, kEvaluate, kCheckpoint,
+  kDone
+};
+const char* PhaseName(Phase phase);  // "starting", "data", ..., "allreduce_wait", ..., "done"
+
+struct Progress {
+  std::atomic<int> phase{0};                // a Phase
+  std::atomic<int64_t> step{0};             // steps completed
+  std::atomic<int64_t> phase_since_ns{0};   // steady clock, when the phase began
+  void Set(Phase p);
+};
+
 struct TrainerOptions {
   std::function<void(const StepMetrics&)> on_step;
   std::function<void(const EvalMetrics&)> on_eval;
@@ -117,6 +132,8 @@ struct TrainerOptions {
   // This process's group when it is one rank of spec.parallelism.world_size (null: one
   // process). Rank 0 writes checkpoints and evaluates; every rank reads its data shard.
   std::shared_ptr<dist::ProcessGroup> process_group;
+  // Updated at every phase change when set; must outlive the trainer.
+  Progress* progress = nullptr;
 };
 
 class Trainer {
@@ -159,6 +176,9 @@ class Trainer {
   Status ForwardBackward(StepMetrics* m);
   Status OptimizerStep(StepMetrics* m);
   bool StopRequested() const;
+  void SetPhase(Phase p) {
+    if (options_.progress) options_.progress->Set(p);
+  }
   Status SaveCheckpoint(std::string* path);
   // The mean loss of a batch: cross-entropy over the last dimension of the model's output.
   Tensor Loss(const Tensor& output, const Tensor& target) const;

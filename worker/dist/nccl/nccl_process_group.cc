@@ -330,6 +330,7 @@ std::shared_ptr<Work> NcclProcessGroup::Enqueue(const std::string& what, const s
     return work;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  NoteIssued(next_seq_);
   auto work = std::make_shared<Work>(what + " #" + std::to_string(next_seq_++) + suffix);
   work->set_bytes(bytes);
   queued_.push_back(Op{work, std::move(launch), std::move(owners), nullptr, {}});
@@ -466,6 +467,7 @@ void NcclProcessGroup::FinishOp(Op& op, Status status) {
   if (op.event != nullptr) free_events_.push_back(op.event);
   op.event = nullptr;
   op.owners.clear();
+  NoteDone(collectives_done() + 1);  // ops finish in issue order
   op.work->Finish(std::move(status));
 }
 

@@ -1,0 +1,66 @@
+// The C++ client of the coordinator's Coordinator service: what the CLI's submit, list,
+// describe, watch, cancel and local commands are made of, and what a program can use itself.
+// Every unary call has a deadline; Watch reconnects across a coordinator restart.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/rpc.h"
+#include "trainyard/v1/service.grpc.pb.h"
+
+namespace trainyard::client {
+
+namespace v1 = ::trainyard::v1;
+
+struct ConnectOptions {
+  std::string coordinator = "127.0.0.1:7600";  // host:port
+  std::string token;                           // bearer token; "" sends none
+  rpc::ChannelOptions channel;                 // TLS files, the plaintext policy
+  std::chrono::milliseconds deadline{30000};   // of each unary call
+};
+
+// ConnectOptions from the environment: TRAINYARD_COORDINATOR, TRAINYARD_TOKEN,
+// TRAINYARD_CA_CERT, TRAINYARD_CERT, TRAINYARD_KEY (flags override them).
+ConnectOptions ConnectOptionsFromEnv();
+
+class ServiceClient {
+ public:
+  // InvalidArgument when the transport policy refuses the address (rpc::MakeChannel).
+  static StatusOr<std::unique_ptr<ServiceClient>> Connect(const ConnectOptions& options);
+
+  StatusOr<v1::Job> Submit(const std::string& spec_json);
+  StatusOr<v1::Job> GetJob(const std::string& id);
+  StatusOr<v1::ListJobsResponse> ListJobs(const std::vector<v1::JobState>& states,
+                                          int page_size = 0, const std::string& page_token = "");
+  StatusOr<v1::Job> Cancel(const std::string& id, bool checkpoint);
+  StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
+
+  // Calls `on_event` with every event of the job (the current state first) until the job
+  // ends (OkStatus) or `on_event` returns false (Cancelled). While the coordinator cannot be
+  // reached it retries, for up to `unavailable_for` in a row (then Unavailable).
+  Status Watch(const std::string& id, const std::function<bool(const v1::JobEvent&)>& on_event,
+               std::chrono::milliseconds unavailable_for = std::chrono::seconds(60));
+
+  const ConnectOptions& options() const { return options_; }
+
+ private:
+  ServiceClient(ConnectOptions options, std::shared_ptr<grpc::Channel> channel);
+  void Prepare(grpc::ClientContext* ctx) const;
+  // A unary call, naming the coordinator in its error.
+  Status Named(const grpc::Status& s) const;
+
+  ConnectOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+// "FAILED" for v1::FAILED, ...; "UNSPECIFIED" otherwise. And back (case-insensitive).
+std::string StateName(v1::JobState state);
+StatusOr<v1::JobState> ParseState(const std::string& name);
+
+}  // namespace trainyard::client

@@ -1,0 +1,40 @@
+// How the CLI shows a job's events (trainyard watch, submit --watch, local): state changes,
+// evaluations, checkpoints and diagnoses on their own lines, and a progress bar (step of
+// total, loss, throughput, ETA) rewritten in place on a terminal, else printed every 5 s.
+// With json, every event is one JSON object per line on stdout instead.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "client/service_client.h"
+
+namespace trainyard::client {
+
+class WatchPrinter {
+ public:
+  WatchPrinter(bool json, bool quiet);
+  void Print(const v1::JobEvent& e);
+  void Close();  // ends an in-place line
+  v1::JobState state() const { return state_; }
+
+ private:
+  void Line(const std::string& text);
+  void Bar(const v1::StepMetrics& m);
+
+  bool json_, quiet_, tty_;
+  bool open_ = false;
+  v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
+  std::chrono::steady_clock::time_point last_bar_{};
+};
+
+// A message as JSON with the .proto's field names, every field written out.
+std::string ToJsonText(const google::protobuf::Message& m);
+
+// The exit code for a final state: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED.
+int ExitCodeOf(v1::JobState state);
+
+// "1:05", "2:03:04".
+std::string FormatDuration(double seconds);
+
+}  // namespace trainyard::client

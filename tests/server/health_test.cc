@@ -1,0 +1,153 @@
+#include "server/health.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr double kTimeoutSeconds = 60;
+
+// A rank that reported `report_age_ms` ago, `phase_age_ms` into `phase`, having finished
+// collective `done` of `issued`, the oldest unfinished one waiting `collective_age_ms`.
+RankView Rank(int rank, const std::string& phase, int64_t report_age_ms, int64_t phase_age_ms,
+              int64_t issued, int64_t done, int64_t collective_age_ms) {
+  RankView v;
+  v.placement.set_rank(rank);
+  v.placement.set_worker("w" + std::to_string(rank));
+  v.placement.set_host("h" + std::to_string(rank));
+  v.status.set_rank(rank);
+  v.status.set_step(41);
+  v.status.set_phase(phase);
+  v.status.set_report_age_ms(report_age_ms);
+  v.status.set_phase_age_ms(phase_age_ms);
+  v.status.set_collectives_issued(issued);
+  v.status.set_collectives_done(done);
+  v.status.set_collective_age_ms(collective_age_ms);
+  v.reported = true;
+  return v;
+}
+
+// A fresh rank waiting in collective #8 for `ms`.
+RankView Waiter(int rank, int64_t ms) { return Rank(rank, "allreduce_wait", 500, ms, 8, 7, ms); }
+
+TEST(FindHangTest, NamesTheSilentRankWhileTheOthersWaitInACollective) {
+  const std::vector<RankView> ranks = {
+      Waiter(0, 70000), Rank(1, "backward", 65000, 65000, 7, 7, 1000), Waiter(2, 70000)};
+  auto d = FindHang(ranks, kTimeoutSeconds);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->kind(), trainyard::v1::Diagnosis::HANG);
+  EXPECT_EQ(d->rank(), 1);
+  EXPECT_EQ(d->worker(), "w1");
+  EXPECT_EQ(d->host(), "h1");
+  EXPECT_EQ(d->phase(), "backward");
+  EXPECT_EQ(d->step(), 41);
+  EXPECT_EQ(d->collective_seq(), 8);
+  EXPECT_DOUBLE_EQ(d->seconds(), 65.0);
+  EXPECT_EQ(d->message(),
+            "rank 1 on w1 (h1) is hung: no report for 65.0 s, last in phase backward at step "
+            "41, while ranks 0, 2 wait in collective #8");
+}
+
+TEST(FindHangTest, NamesARankThatNeverReported) {
+  RankView never;
+  never.placement.set_rank(1);
+  never.placement.set_worker("w1");
+  auto d = FindHang({Waiter(0, 61000), never}, kTimeoutSeconds);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->rank(), 1);
+  EXPECT_EQ(d->phase(), "starting");
+  EXPECT_THAT(d->message(), HasSubstr("while rank 0 waits in collective #8"));
+}
+
+TEST(FindHangTest, NamesARankStuckInOnePhaseThatStillReports) {
+  auto d = FindHang({Waiter(0, 70000), Rank(1, "data", 500, 65000, 7, 7, 1000)}, kTimeoutSeconds);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->rank(), 1);
+  EXPECT_THAT(d->message(), HasSubstr("in phase data for 65.0 s"));
+}
+
+TEST(FindHangTest, NamesNobodyWhenNobodyWaitedForTheTimeout) {
+  // Rank 1 is silent, but the others have waited 30 s of the 60.
+  EXPECT_FALSE(FindHang({Waiter(0, 30000), Rank(1, "backward", 65000, 65000, 7, 7, 1000),
+                         Waiter(2, 30000)},
+                        kTimeoutSeconds)
+                   .has_value());
+}
+
+TEST(FindHangTest, NamesNobodyWhenTheOnlyWaiterIsSilentItself) {
+  // A waiter whose reports stopped says nothing about the others.
+  EXPECT_FALSE(FindHang({Rank(0, "allreduce_wait", 65000, 70000, 8, 7, 70000),
+                         Rank(1, "backward", 65000, 65000, 7, 7, 1000)},
+                        kTimeoutSeconds)
+                   .has_value());
+}
+
+TEST(FindHangTest, EvaluationAndCheckpointingAreProgressNotAHang) {
+  // Only rank 0 evaluates; the others wait for it in the next collective.
+  EXPECT_FALSE(
+      FindHang({Rank(0, "evaluate", 500, 120000, 7, 7, 1000), Waiter(1, 120000)}, kTimeoutSeconds)
+          .has_value());
+  EXPECT_FALSE(FindHang({Rank(0, "checkpoint", 500, 120000, 7, 7, 1000), Waiter(1, 120000)},
+                        kTimeoutSeconds)
+                   .has_value());
+}
+
+TEST(FindHangTest, IgnoresRanksThatExited) {
+  RankView exited = Rank(1, "done", 65000, 65000, 7, 7, 1000);
+  exited.status.set_exited(true);
+  EXPECT_FALSE(FindHang({Waiter(0, 70000), exited}, kTimeoutSeconds).has_value());
+}
+
+TEST(StragglerDetectorTest, FlagsARankThreeTimesSlowerThanTheOtherOfTwo) {
+  StragglerDetector d(/*world_size=*/2, /*factor=*/2, /*window=*/3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_THAT(d.Update(), IsEmpty()) << "flagged before every rank had a full window";
+    d.AddStep(0, 0.1);
+    d.AddStep(1, 0.3);
+  }
+  std::vector<StragglerDetector::Change> changes = d.Update();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rank, 1);
+  EXPECT_TRUE(changes[0].flagged);
+  EXPECT_NEAR(changes[0].mean_seconds, 0.3, 1e-12);
+  EXPECT_NEAR(changes[0].median_seconds, 0.1, 1e-12);
+  EXPECT_THAT(d.Flagged(), ElementsAre(1));
+  EXPECT_THAT(d.Update(), IsEmpty()) << "a flag is reported when it changes, not every time";
+  EXPECT_THAT(d.Flagged(), ElementsAre(1));
+}
+
+TEST(StragglerDetectorTest, ClearsTheFlagWhenTheRankCatchesUp) {
+  StragglerDetector d(2, 2, 3);
+  for (int i = 0; i < 3; ++i) {
+    d.AddStep(0, 0.1);
+    d.AddStep(1, 0.3);
+  }
+  ASSERT_EQ(d.Update().size(), 1u);
+  for (int i = 0; i < 3; ++i) d.AddStep(1, 0.1);  // the window now holds only fast steps
+  std::vector<StragglerDetector::Change> changes = d.Update();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rank, 1);
+  EXPECT_FALSE(changes[0].flagged);
+  EXPECT_THAT(d.Flagged(), IsEmpty());
+}
+
+TEST(StragglerDetectorTest, DoesNotFlagARankWithinTheFactor) {
+  StragglerDetector d(2, 2, 3);
+  for (int i = 0; i < 3; ++i) {
+    d.AddStep(0, 0.1);
+    d.AddStep(1, 0.15);
+  }
+  EXPECT_THAT(d.Update(), IsEmpty());
+  EXPECT_THAT(d.Flagged(), IsEmpty());
+}
+
+}  // namespace
+}  // namespace trainyard::server

@@ -1,0 +1,354 @@
+#include "worker/daemon/daemon.h"
+
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "common/logging.h"
+#include "trainyard/v1/service.grpc.pb.h"
+#include "worker/daemon/rank.h"
+#include "worker/daemon/rank_supervisor.h"
+#include "worker/daemon/worker_metrics.h"
+
+namespace trainyard::daemon {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
+
+// A rank's step, eval or checkpoint line as a MetricsReport.
+std::optional<v1::MetricsReport> ToReport(const v1::RankStatus& who, const Json& line) {
+  auto num = [&](const char* key) {
+    const Json* v = line.Find(key);
+    return v && v->is_number() ? v->number_value() : std::nan("");
+  };
+  auto integer = [&](const char* key) {
+    const Json* v = line.Find(key);
+    return v && v->is_integer() ? v->int_value() : int64_t{0};
+  };
+  v1::MetricsReport r;
+  r.set_job_id(who.job_id());
+  r.set_attempt(who.attempt());
+  const std::string type = line.Find("type")->string_value();
+  if (type == "step") {
+    v1::StepMetrics* m = r.mutable_step();
+    m->set_rank(who.rank());
+    m->set_step(integer("step"));
+    m->set_total_steps(integer("total_steps"));
+    m->set_epoch(integer("epoch"));
+    m->set_loss(num("loss"));
+    m->set_lr(num("lr"));
+    m->set_grad_norm(num("grad_norm"));
+    m->set_samples_per_second(num("samples_per_second"));
+    m->set_tokens_per_second(num("tokens_per_second"));
+    m->set_data_seconds(num("data_seconds"));
+    m->set_forward_seconds(num("forward_seconds"));
+    m->set_backward_seconds(num("backward_seconds"));
+    m->set_allreduce_wait_seconds(num("allreduce_wait_seconds"));
+    m->set_optimizer_seconds(num("optimizer_seconds"));
+    m->set_allreduce_seconds(num("allreduce_seconds"));
+    m->set_allreduce_bus_bandwidth(num("allreduce_bus_bandwidth"));
+  } else if (type == "eval") {
+    r.mutable_eval()->set_step(integer("step"));
+    r.mutable_eval()->set_loss(num("loss"));
+    r.mutable_eval()->set_accuracy(num("accuracy"));
+    r.mutable_eval()->set_samples(integer("samples"));
+  } else if (type == "checkpoint") {
+    const Json* dir = line.Find("dir");
+    if (dir == nullptr || !dir->is_string()) return std::nullopt;
+    r.set_checkpoint(dir->string_value());
+  } else {
+    return std::nullopt;
+  }
+  return r;
+}
+
+class Daemon {
+ public:
+  Daemon(const DaemonOptions& o, const std::atomic<bool>* stop) : o_(o), stop_(stop) {}
+
+  int Run() {
+    registry_ = std::make_shared<prometheus::Registry>();
+    try {
+      exposer_ = std::make_unique<prometheus::Exposer>(o_.metrics_listen);
+    } catch (const std::exception& e) {
+      TY_LOG(ERROR) << "--metrics-listen " << o_.metrics_listen << ": " << e.what();
+      return 1;
+    }
+    exposer_->RegisterCollectable(registry_);
+    metrics_ = std::make_unique<WorkerMetrics>(*registry_, o_.cpu_slots);
+    const auto ports = exposer_->GetListeningPorts();
+    metrics_address_ = o_.metrics_listen.substr(0, o_.metrics_listen.rfind(':')) + ":" +
+                       std::to_string(ports.empty() ? 0 : ports[0]);
+    StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(o_.coordinator, o_.channel);
+    if (!channel.ok()) {
+      TY_LOG(ERROR) << channel.status().message();
+      return 2;
+    }
+    stub_ = v1::Worker::NewStub(*channel);
+    TY_LOG(INFO) << "worker " << o_.name << " (" << o_.host << ", " << o_.cpu_slots
+                 << " CPU slots) for coordinator " << o_.coordinator << ", metrics on http://"
+                 << metrics_address_ << "/metrics";
+    std::thread supervisor([this] { Supervise(); });
+    std::thread sender([this] { SendMetrics(); });
+    Control();
+    done_ = true;
+    commands_cv_.notify_all();
+    metrics_cv_.notify_all();
+    supervisor.join();
+    sender.join();
+    return 0;
+  }
+
+ private:
+  // ---- The supervisor thread: every rank process is forked here (rank_supervisor.h) ----
+  void Supervise() {
+    SupervisorOptions so;
+    so.work_dir = o_.work_dir;
+    so.grace = o_.grace;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    so.threads_per_rank =
+        o_.threads_per_rank > 0 ? o_.threads_per_rank : std::max(1, cores / std::max(1, o_.cpu_slots));
+    so.env = {std::string(kCoordinatorEnv) + "=" + o_.coordinator,
+              std::string(kHostEnv) + "=" + o_.host, std::string(kTokenEnv) + "=" + o_.token,
+              std::string(kCaEnv) + "=" + o_.channel.tls.ca,
+              std::string(kCertEnv) + "=" + o_.channel.tls.cert,
+              std::string(kKeyEnv) + "=" + o_.channel.tls.key,
+              std::string(kServerNameEnv) + "=" + o_.channel.tls_server_name};
+    so.on_report = [this](const v1::RankStatus& who, const Json& line) {
+      if (line.Find("type")->string_value() == "step") metrics_->OnStep(who, line);
+      std::optional<v1::MetricsReport> r = ToReport(who, line);
+      if (!r) return;
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      if (metrics_queue_.size() < 100000) metrics_queue_.push_back(std::move(*r));
+      ++metrics_enqueued_;
+      metrics_cv_.notify_all();
+    };
+    RankSupervisor ranks(so);
+    bool stopping = false;
+    while (true) {
+      std::deque<v1::WorkerCommand> commands;
+      {
+        std::lock_guard<std::mutex> lock(commands_mu_);
+        commands.swap(commands_);
+      }
+      for (const v1::WorkerCommand& c : commands) Apply(ranks, c);
+      if (stop_->load() && !stopping) {
+        stopping = true;
+        ranks.StopAll(/*checkpoint=*/true);
+      }
+      ranks.Poll(100ms);
+      Publish(ranks.Statuses());
+      if (stopping && ranks.running() == 0) break;
+      if (done_) break;
+    }
+    supervisor_done_ = true;
+  }
+
+  void Apply(RankSupervisor& ranks, const v1::WorkerCommand& c) {
+    if (c.has_assign()) {
+      Status s = ranks.Start(c.assign());
+      if (!s.ok()) {
+        TY_LOG(ERROR) << "assignment of " << c.assign().job_id() << ": " << s.message();
+      }
+    } else if (c.has_abort() || c.has_cancel()) {
+      const v1::StopRanks& s = c.has_abort() ? c.abort() : c.cancel();
+      ranks.Stop(s.job_id(), s.attempt(), s.checkpoint());
+    }
+  }
+
+  // The statuses heartbeats carry. Note [Exit after metrics]: a rank's exit is held back until
+  // the metrics it sent before exiting went out (at most 3 s), so that the coordinator has a
+  // job's final evaluation when it marks the job SUCCEEDED.
+  void Publish(std::vector<v1::RankStatus> statuses) {
+    const auto now = SteadyClock::now();
+    int64_t sent;
+    {
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      sent = metrics_sent_;
+    }
+    std::lock_guard<std::mutex> lock(status_mu_);
+    for (v1::RankStatus& s : statuses) {
+      if (!s.exited()) continue;
+      auto key = std::make_tuple(s.job_id(), s.attempt(), s.rank());
+      auto it = exit_marks_.find(key);
+      if (it == exit_marks_.end()) {
+        std::lock_guard<std::mutex> mlock(metrics_mu_);
+        it = exit_marks_.emplace(key, std::make_pair(metrics_enqueued_, now)).first;
+      }
+      if (sent < it->second.first && now - it->second.second < 3s) {
+        s.set_exited(false);
+        s.set_report_age_ms(0);
+      }
+    }
+    metrics_->OnStatuses(statuses);
+    statuses_ = std::move(statuses);
+  }
+
+  std::vector<v1::RankStatus> Statuses() {
+    std::lock_guard<std::mutex> lock(status_mu_);
+    return statuses_;
+  }
+
+  // ---- The control loop (this thread): register, then heartbeat until the stream breaks ----
+  void Control() {
+    auto backoff = 200ms;
+    while (!supervisor_done_) {
+      if (Register()) {
+        backoff = 200ms;
+        metrics_->SetConnected(true);
+        Heartbeat();
+        metrics_->SetConnected(false);
+      } else {
+        backoff = std::min<std::chrono::milliseconds>(backoff * 2, 5s);
+      }
+      for (auto waited = 0ms; waited < backoff && !supervisor_done_; waited += 50ms) {
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+  }
+
+  bool Register() {
+    v1::RegisterWorkerRequest req;
+    req.set_name(o_.name);
+    req.set_host(o_.host);
+    req.set_cpu_slots(o_.cpu_slots);
+    req.set_metrics_address(metrics_address_);
+    for (const v1::RankStatus& s : Statuses()) *req.add_ranks() = s;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    rpc::AddToken(&ctx, o_.token);
+    v1::RegisterWorkerResponse resp;
+    const grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);
+    if (!s.ok()) {
+      if (s.error_code() != grpc::StatusCode::UNAVAILABLE || !warned_unavailable_) {
+        TY_LOG(WARNING) << "registering with " << o_.coordinator << ": " << s.error_message();
+      }
+      warned_unavailable_ = s.error_code() == grpc::StatusCode::UNAVAILABLE;
+      return false;
+    }
+    warned_unavailable_ = false;
+    interval_ = std::chrono::milliseconds(std::max<int64_t>(10, resp.heartbeat_interval_ms()));
+    TY_LOG(INFO) << "registered with " << o_.coordinator << " as " << o_.name;
+    if (!o_.ready_file.empty() && !ready_written_) {
+      ready_written_ = true;
+      const std::string tmp = o_.ready_file + ".tmp";
+      std::ofstream(tmp) << metrics_address_ << "\n";
+      std::rename(tmp.c_str(), o_.ready_file.c_str());
+    }
+    return true;
+  }
+
+  void Heartbeat() {
+    grpc::ClientContext ctx;
+    rpc::AddToken(&ctx, o_.token);
+    auto stream = stub_->Heartbeat(&ctx);
+    std::atomic<bool> broken{false};
+    auto beat = [&] {
+      v1::WorkerHeartbeat hb;
+      hb.set_name(o_.name);
+      for (const v1::RankStatus& s : Statuses()) *hb.add_ranks() = s;
+      return stream->Write(hb);
+    };
+    if (!beat()) return;
+    std::thread reader([&] {
+      v1::WorkerCommand c;
+      while (stream->Read(&c)) {
+        std::lock_guard<std::mutex> lock(commands_mu_);
+        commands_.push_back(c);
+      }
+      broken = true;
+    });
+    auto next = SteadyClock::now() + interval_;
+    while (!broken && !supervisor_done_) {
+      if (SteadyClock::now() >= next) {
+        if (!beat()) break;
+        next += interval_;
+        if (next < SteadyClock::now()) next = SteadyClock::now() + interval_;
+      }
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(interval_, 50ms));
+    }
+    ctx.TryCancel();
+    reader.join();
+    const grpc::Status s = stream->Finish();
+    if (!supervisor_done_) {
+      TY_LOG(WARNING) << "heartbeat stream to " << o_.coordinator << " ended: "
+                      << (s.ok() ? "closed" : s.error_message()) << "; registering again";
+    }
+  }
+
+  // ---- The metrics thread: one ReportMetrics stream while there is something to send ----
+  void SendMetrics() {
+    while (!done_) {
+      {
+        std::unique_lock<std::mutex> lock(metrics_mu_);
+        metrics_cv_.wait_for(lock, 500ms, [&] { return done_ || !metrics_queue_.empty(); });
+        if (metrics_queue_.empty()) continue;
+      }
+      grpc::ClientContext ctx;
+      rpc::AddToken(&ctx, o_.token);
+      v1::ReportMetricsResponse resp;
+      auto writer = stub_->ReportMetrics(&ctx, &resp);
+      auto idle_since = SteadyClock::now();
+      while (!done_ && SteadyClock::now() - idle_since < 10s) {
+        std::deque<v1::MetricsReport> batch;
+        {
+          std::unique_lock<std::mutex> lock(metrics_mu_);
+          metrics_cv_.wait_for(lock, 200ms, [&] { return done_ || !metrics_queue_.empty(); });
+          batch.swap(metrics_queue_);
+        }
+        if (batch.empty()) continue;
+        idle_since = SteadyClock::now();
+        bool ok = true;
+        for (const v1::MetricsReport& r : batch) ok = ok && writer->Write(r);
+        std::lock_guard<std::mutex> lock(metrics_mu_);
+        metrics_sent_ += static_cast<int64_t>(batch.size());  // sent or lost: not retried
+        if (!ok) break;
+      }
+      writer->WritesDone();
+      writer->Finish();
+    }
+  }
+
+  const DaemonOptions& o_;
+  const std::atomic<bool>* stop_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<WorkerMetrics> metrics_;
+  std::string metrics_address_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+  std::chrono::milliseconds interval_{1000};
+  bool warned_unavailable_ = false;
+  bool ready_written_ = false;
+  std::atomic<bool> done_{false};
+  std::atomic<bool> supervisor_done_{false};
+
+  std::mutex commands_mu_;
+  std::condition_variable commands_cv_;
+  std::deque<v1::WorkerCommand> commands_;
+
+  std::mutex status_mu_;
+  std::vector<v1::RankStatus> statuses_;
+  std::map<std::tuple<std::string, int, int>, std::pair<int64_t, SteadyClock::time_point>>
+      exit_marks_;  // supervisor thread only
+
+  std::mutex metrics_mu_;
+  std::condition_variable metrics_cv_;
+  std::deque<v1::MetricsReport> metrics_queue_;
+  int64_t metrics_enqueued_ = 0, metrics_sent_ = 0;
+};
+
+}  // namespace
+
+int RunDaemon(const DaemonOptions& options, const std::atomic<bool>* stop) {
+  return Daemon(options, stop).Run();
+}
+
+}  // namespace trainyard::daemon

@@ -1,0 +1,33 @@
+// The worker daemon (trainyard-worker): registers this node's capacity with the coordinator,
+// heartbeats with the state of its ranks, runs the assignments it receives as rank processes
+// (RankSupervisor), forwards the ranks' metrics (ReportMetrics) and serves /metrics for
+// Prometheus. A lost connection is retried (re-registering with the ranks still running, which
+// is how a restarted coordinator learns them); SIGTERM stops the ranks and the daemon.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "proto/rpc.h"
+
+namespace trainyard::daemon {
+
+struct DaemonOptions {
+  std::string coordinator = "127.0.0.1:7600";
+  rpc::ChannelOptions channel;
+  std::string token;
+  std::string name;  // unique among workers; default: the host name
+  std::string host;  // the address peers reach this node's ranks at
+  int cpu_slots = 1;
+  std::string metrics_listen = "127.0.0.1:9601";
+  std::string work_dir = "trainyard-worker";
+  std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when stopping ranks
+  int threads_per_rank = 0;                // 0: cores / cpu_slots
+  std::string ready_file;  // written with the metrics address once registered
+};
+
+// Runs until `stop` (then stops every rank, with a checkpoint) and returns the exit code.
+int RunDaemon(const DaemonOptions& options, const std::atomic<bool>* stop);
+
+}  // namespace trainyard::daemon

@@ -1,0 +1,80 @@
+// RankSupervisor: the worker daemon's rank processes. It starts one `trainyard-worker rank`
+// per assigned slot (rank.h), reads each one's report pipe and the tail of its stderr, reaps
+// its exit, and stops ranks on request: SIGTERM (the rank checkpoints at a step all ranks
+// agree on and exits) and SIGKILL after the grace period, or SIGKILL at once.
+//
+// Every process is forked from the thread that calls Poll(), which must live as long as the
+// supervisor: ranks die with that thread (PR_SET_PDEATHSIG), so a daemon killed with SIGKILL
+// leaves no orphans. Not thread-safe: one thread calls everything.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/json.h"
+#include "common/status.h"
+#include "trainyard/v1/service.pb.h"
+
+namespace trainyard::daemon {
+
+struct SupervisorOptions {
+  std::string program = "/proc/self/exe";  // run as `program rank`
+  std::string work_dir;                    // specs go to <work_dir>/<job>/<attempt>/spec.json
+  std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL
+  int threads_per_rank = 0;                // TY_NUM_THREADS of each rank; 0: cores / slots
+  // Added to every rank's environment (the coordinator, TLS files, token, host).
+  std::vector<std::string> env;
+  // Called for every report line but "status" (steps, evals, checkpoints).
+  std::function<void(const trainyard::v1::RankStatus& who, const Json& line)> on_report;
+};
+
+class RankSupervisor {
+ public:
+  explicit RankSupervisor(SupervisorOptions options) : options_(std::move(options)) {}
+  ~RankSupervisor();  // kills every rank still running
+
+  // Starts the assignment's ranks. Ignores ranks already started (a repeated assignment).
+  Status Start(const trainyard::v1::Assignment& a);
+  // Stops the attempt's ranks (every attempt of the job when attempt is 0).
+  void Stop(const std::string& job_id, int attempt, bool checkpoint);
+  void StopAll(bool checkpoint);
+  // Reads reports, reaps exits and escalates stops; waits up to `timeout` for output.
+  void Poll(std::chrono::milliseconds timeout);
+
+  // Every rank running, and those that exited in the last 10 minutes.
+  std::vector<trainyard::v1::RankStatus> Statuses() const;
+  int running() const;
+
+ private:
+  struct Rank {
+    trainyard::v1::RankStatus status;
+    pid_t pid = -1;
+    int report_fd = -1;  // read ends; -1 once closed
+    int err_fd = -1;
+    std::string report_partial, err_partial;
+    std::deque<std::string> err_tail;  // the last lines of stderr
+    std::chrono::steady_clock::time_point last_report, phase_since, collective_since, exited_at;
+    std::chrono::steady_clock::time_point kill_at{};  // SIGKILL then, when stopping
+    bool killed = false;
+  };
+  using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
+
+  Status Spawn(const trainyard::v1::Assignment& a, const trainyard::v1::RankPlacement& p,
+               const std::string& spec_path);
+  void ReadReports(Rank& r, bool eof);
+  void ReadStderr(Rank& r, bool eof);
+  void OnLine(Rank& r, const std::string& line);
+  void Reap();
+
+  SupervisorOptions options_;
+  std::map<Key, Rank> ranks_;
+};
+
+}  // namespace trainyard::daemon

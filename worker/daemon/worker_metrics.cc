@@ -1,0 +1,79 @@
+#include "worker/daemon/worker_metrics.h"
+
+namespace trainyard::daemon {
+namespace {
+
+prometheus::Family<prometheus::Gauge>& Gauge(prometheus::Registry& r, const char* name,
+                                             const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
+prometheus::Labels RankLabels(const trainyard::v1::RankStatus& s) {
+  return {{"job", s.job_id()}, {"rank", std::to_string(s.rank())}};
+}
+
+double Number(const Json& j, const char* key) {
+  const Json* v = j.Find(key);
+  return v && v->is_number() ? v->number_value() : 0;
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics(prometheus::Registry& r, int slots)
+    : slots_(Gauge(r, "trainyard_worker_slots", "CPU slots this worker offers").Add({})),
+      running_(Gauge(r, "trainyard_worker_ranks_running", "Rank processes running").Add({})),
+      connected_(Gauge(r, "trainyard_worker_connected", "1 while registered with the coordinator").Add({})),
+      exits_(prometheus::BuildCounter()
+                 .Name("trainyard_worker_rank_exits_total")
+                 .Help("Rank processes that exited, by outcome")
+                 .Register(r)),
+      step_(Gauge(r, "trainyard_rank_step", "Steps a rank has completed")),
+      loss_(Gauge(r, "trainyard_rank_loss", "Loss of a rank's latest step")),
+      phase_seconds_(Gauge(r, "trainyard_rank_phase_seconds",
+                           "Wall time of a rank's latest step by phase (data, forward, backward, "
+                           "allreduce_wait, optimizer)")),
+      step_seconds_(Gauge(r, "trainyard_rank_step_duration_seconds", "Wall time of a rank's latest step")),
+      bandwidth_(Gauge(r, "trainyard_rank_allreduce_bus_bandwidth_bytes_per_second",
+                       "Gradient all-reduce bus bandwidth of a rank's latest step")),
+      memory_(Gauge(r, "trainyard_rank_memory_bytes", "Resident memory of a rank process")),
+      steps_total_(prometheus::BuildCounter()
+                       .Name("trainyard_rank_steps_total")
+                       .Help("Steps reported by a rank")
+                       .Register(r)) {
+  slots_.Set(slots);
+}
+
+void WorkerMetrics::OnStep(const trainyard::v1::RankStatus& who, const Json& m) {
+  const prometheus::Labels labels = RankLabels(who);
+  step_.Add(labels).Set(Number(m, "step"));
+  loss_.Add(labels).Set(Number(m, "loss"));
+  double total = 0;
+  for (const char* phase : {"data", "forward", "backward", "allreduce_wait", "optimizer"}) {
+    const double s = Number(m, (std::string(phase) + "_seconds").c_str());
+    total += s;
+    prometheus::Labels l = labels;
+    l["phase"] = phase;
+    phase_seconds_.Add(l).Set(s);
+  }
+  step_seconds_.Add(labels).Set(total);
+  bandwidth_.Add(labels).Set(Number(m, "allreduce_bus_bandwidth"));
+  steps_total_.Add(labels).Increment();
+}
+
+void WorkerMetrics::OnStatuses(const std::vector<trainyard::v1::RankStatus>& ranks) {
+  int running = 0;
+  for (const auto& s : ranks) {
+    if (!s.exited()) {
+      ++running;
+      memory_.Add(RankLabels(s)).Set(static_cast<double>(s.memory_bytes()));
+      continue;
+    }
+    bool& counted = counted_exits_[{s.job_id(), s.attempt(), s.rank()}];
+    if (counted) continue;
+    counted = true;
+    exits_.Add({{"outcome", s.exit_code() == 0 ? "success" : "failure"}}).Increment();
+  }
+  running_.Set(running);
+}
+
+}  // namespace trainyard::daemon
