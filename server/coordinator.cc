@@ -128,8 +128,9 @@ Status Coordinator::Load() {
       for (const auto& p : job.attempts(job.attempts_size() - 1).ranks()) {
         e->ranks[p.rank()].placement = p;
       }
-      e->stopping = !(job.state() == trainyard::v1::SCHEDULED ||
-                      job.state() == trainyard::v1::RUNNING);
+      // A cancelled attempt stays SCHEDULED or RUNNING until its ranks exit (Cancel).
+      e->stopping = job.cancel_requested() || !(job.state() == trainyard::v1::SCHEDULED ||
+                                                job.state() == trainyard::v1::RUNNING);
       e->stop_deadline = clock_->Now() + options_.stop_timeout;
       const auto& a = job.attempts(job.attempts_size() - 1);
       if (a.ended_ms() == 0) rendezvous_.Open({job.id(), a.number(), a.secret()});
@@ -206,6 +207,17 @@ StatusOr<Job> Coordinator::Submit(const std::string& spec_json) {
   }
   StatusOr<Json> json = Json::Parse(spec_json);
   if (!json.ok()) return InvalidArgumentError("spec_json is not JSON: " + json.status().message());
+  // A spec without checkpoint.dir checkpoints under the coordinator's root (when it has one),
+  // so that a restarted attempt resumes; the dir is set before validation, which asks for one
+  // when checkpoint.every_steps is set.
+  const Json* ckpt = json->is_object() ? json->Find("checkpoint") : nullptr;
+  const Json* dir = ckpt && ckpt->is_object() ? ckpt->Find("dir") : nullptr;
+  const bool own_dir = dir != nullptr && !(dir->is_string() && dir->string_value().empty());
+  if (json->is_object() && !own_dir && !options_.checkpoint_root.empty() &&
+      (ckpt == nullptr || ckpt->is_null() || ckpt->is_object())) {
+    if (ckpt == nullptr || ckpt->is_null()) json->Set("checkpoint", Json::Object());
+    json->Find("checkpoint")->Set("dir", options_.checkpoint_root);
+  }
   ASSIGN_OR_RETURN(spec::JobSpec spec, spec::ParseJobSpec(*json));
   std::lock_guard<std::mutex> lock(mu_);
   GangRequest gang{"", spec.parallelism.world_size, spec.parallelism.ranks_per_node,
@@ -223,11 +235,8 @@ StatusOr<Job> Coordinator::Submit(const std::string& spec_json) {
 
   auto e = std::make_unique<Entry>();
   const std::string id = spec.name + "-" + std::to_string(next_job_number_++);
-  if (!spec.checkpoint.dir.empty()) {
-    spec.checkpoint.dir += "/" + id;
-  } else if (!options_.checkpoint_root.empty()) {
-    spec.checkpoint.dir = options_.checkpoint_root + "/" + id;
-  }
+  // Each job checkpoints in a directory of its own: a new job never resumes an older one's.
+  if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir += "/" + id;
   Job& job = e->job;
   job.set_id(id);
   job.set_name(spec.name);

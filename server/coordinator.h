@@ -170,6 +170,7 @@ class Coordinator {
   void Send(const std::string& worker, trainyard::v1::WorkerCommand command);
   void OnRankStatus(const std::string& worker, const trainyard::v1::RankStatus& s);
   void OnRankExit(Entry& e, RankRuntime& r);
+  void MaybeRunning(Entry& e);  // SCHEDULED -> RUNNING once every rank was heard from
   void CheckStopped(Entry& e);
   void CheckLiveness(Entry& e);
   void CheckHang(Entry& e);

@@ -79,12 +79,12 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     for (auto& [rank, r] : e.ranks) {
       if (r.placement.worker() != req.name() || r.status.exited()) continue;
       if (reported.count({id, attempt, rank})) continue;
+      // Exited before the abort: no worker will report its exit, and its slot is free.
+      r.status.set_exited(true);
       if (ActiveAttempt(e)) {
         AbortAttempt(e, "worker " + req.name() + " (" + req.host() + ") came back without " +
                             RankName(r.placement) + " of attempt " + std::to_string(attempt));
-        break;
       }
-      r.status.set_exited(true);
     }
   }
   for (const auto& s : req.ranks()) OnRankStatus(req.name(), s);
@@ -151,10 +151,14 @@ void Coordinator::OnRankStatus(const std::string& worker, const trainyard::v1::R
     return;
   }
   if (s.exited() && !was_exited) return OnRankExit(*e, r);
-  if (e->job.state() == trainyard::v1::SCHEDULED &&
-      std::all_of(e->ranks.begin(), e->ranks.end(),
+  MaybeRunning(*e);
+}
+
+void Coordinator::MaybeRunning(Entry& e) {
+  if (e.job.state() == trainyard::v1::SCHEDULED &&
+      std::all_of(e.ranks.begin(), e.ranks.end(),
                   [](const auto& kv) { return kv.second.reported; })) {
-    (void)Transition(*e, trainyard::v1::RUNNING, "");
+    (void)Transition(e, trainyard::v1::RUNNING, "");
   }
 }
 
@@ -190,6 +194,12 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
     auto it = e->ranks.find(m.rank());
     if (it == e->ranks.end()) return InvalidArgumentError("no rank " + std::to_string(m.rank()));
     it->second.last_step = m;
+    // A rank that reports a step has started, whatever its worker's next heartbeat says.
+    if (!it->second.reported) {
+      it->second.reported = true;
+      it->second.received = clock_->Now();
+      MaybeRunning(*e);
+    }
     // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
     e->stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() +
                                          m.backward_seconds() + m.optimizer_seconds());

@@ -1,0 +1,115 @@
+// Acceptance of the service with the real binaries on loopback: `trainyard local` trains
+// Fashion-MNIST on two workers; a job's metrics reach WatchJob and every /metrics endpoint.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "common/json.h"
+#include "tests/testing/cluster.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+#include "worker/tensor/safetensors.h"
+
+namespace trainyard {
+namespace {
+
+using namespace std::chrono_literals;
+
+using testing::Cluster;
+using testing::JobWatch;
+using testing::TempDir;
+
+const std::string kSource = TY_SOURCE_DIR;
+const std::string kTrainyard = std::string(TY_BIN_DIR) + "/trainyard";
+
+TEST(ServiceTest, LocalTrainsFashionMlpOnTwoWorkersToEightyFivePercent) {
+  TempDir dir;
+  const std::string checkpoints = dir.File("runs");
+  testing::ProcessResult r = testing::RunProcess(
+      {kTrainyard, "local", kSource + "/examples/fashion-mlp.yaml", "--workers", "2", "-o", "json",
+       "--state-dir", dir.File("state"), "--set", "checkpoint.dir=" + checkpoints},
+      std::chrono::minutes(5));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  StatusOr<Json> job = Json::Parse(r.out);
+  ASSERT_TRUE(job.ok()) << r.out;
+  EXPECT_EQ(job->Find("state")->string_value(), "SUCCEEDED");
+  EXPECT_EQ(job->Find("world_size")->int_value(), 2);  // every local slot
+  const Json* eval = job->Find("last_eval");
+  ASSERT_NE(eval, nullptr);
+  EXPECT_GE(eval->Find("accuracy")->number_value(), 0.85) << r.out;
+  // Both ranks ran, on the two workers.
+  const Json& ranks = *job->Find("attempts")->items().back().Find("ranks");
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_NE(ranks[0].Find("worker")->string_value(), ranks[1].Find("worker")->string_value());
+  // The checkpoint is under the spec's dir, in the job's own directory, and loads.
+  const std::string ckpt = job->Find("checkpoint")->string_value();
+  EXPECT_EQ(ckpt.rfind(checkpoints + "/" + job->Find("id")->string_value() + "/step-", 0), 0u) << ckpt;
+  auto file = LoadSafetensors(ckpt + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, t] : file->tensors) {
+    for (int64_t d = 0; d < t.dim(); ++d) shapes[name].push_back(t.size(d));
+  }
+  EXPECT_EQ(shapes["fc1.weight"], (std::vector<int64_t>{512, 784}));  // PyTorch's [out, in]
+  EXPECT_EQ(shapes["fc3.bias"], (std::vector<int64_t>{10}));
+}
+
+TEST(ServiceTest, MetricsReachWatchJobAndEveryMetricsEndpoint) {
+  TempDir dir;
+  Cluster cluster(dir.path(), {});
+  std::string error;
+  ASSERT_TRUE(cluster.Start(&error)) << error;
+  const std::string spec =
+      R"({"name":"metrics","model":{"mlp":{"sizes":[784,64,10]}},"data":{"fashion_mnist":{"limit":6400}},)"
+      R"("optimizer":{"sgd":{"lr":0.05}},"batch_size":32,"steps":60,"parallelism":{"world_size":2}})";
+  auto job = cluster.client().Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  JobWatch watch(cluster.client(), job->id());
+  ASSERT_TRUE(watch.WaitForState(v1::SUCCEEDED, 120s)) << watch.Describe() << cluster.Logs();
+  // Per-step metrics in the stream, in order, from rank 0.
+  int64_t last = 0, steps = 0;
+  for (const auto& e : watch.events()) {
+    if (!e.has_step()) continue;
+    EXPECT_GT(e.step().step(), last);
+    EXPECT_EQ(e.step().total_steps(), 60);
+    EXPECT_GT(e.step().samples_per_second(), 0);
+    last = e.step().step();
+    ++steps;
+  }
+  EXPECT_EQ(last, 60);
+  EXPECT_GT(steps, 10);
+  // The coordinator's endpoint: the job's step and state; every worker's: its rank's step
+  // and phase times.
+  std::string coordinator;
+  auto scraped = [&](const std::string& needle) {
+    return testing::WaitUntil(
+        [&] {
+          coordinator = testing::HttpGet(cluster.metrics_address(), "/metrics");
+          return coordinator.find(needle) != std::string::npos;
+        },
+        5s);  // the coordinator refreshes its gauges ten times a second
+  };
+  EXPECT_TRUE(scraped("trainyard_job_step{job=\"" + job->id() + "\"} 60")) << coordinator;
+  EXPECT_TRUE(scraped("trainyard_jobs{state=\"SUCCEEDED\"} 1")) << coordinator;
+  EXPECT_TRUE(scraped("trainyard_workers_alive 2")) << coordinator;
+  EXPECT_TRUE(scraped("trainyard_job_hung{job=\"" + job->id() + "\"} 0")) << coordinator;
+  auto workers = cluster.client().ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  std::set<std::string> ranks_seen;
+  for (const auto& w : *workers) {
+    const std::string text = testing::HttpGet(w.metrics_address(), "/metrics");
+    EXPECT_NE(text.find("trainyard_rank_step{job=\"" + job->id()), std::string::npos) << w.name() << text;
+    EXPECT_NE(text.find("trainyard_rank_phase_seconds{"), std::string::npos) << text;
+    EXPECT_NE(text.find("phase=\"allreduce_wait\""), std::string::npos) << text;
+    for (const char* rank : {"rank=\"0\"", "rank=\"1\""}) {
+      if (text.find(rank) != std::string::npos) ranks_seen.insert(rank);
+    }
+  }
+  EXPECT_EQ(ranks_seen.size(), 2u);
+}
+
+}  // namespace
+}  // namespace trainyard
