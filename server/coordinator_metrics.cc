@@ -23,7 +23,14 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       eta_(Gauge(r, "trainyard_job_eta_seconds", "Estimated time left for a job")),
       restarts_(Gauge(r, "trainyard_job_restarts", "Attempts of a job that were aborted and restarted")),
       hung_(Gauge(r, "trainyard_job_hung", "1 when a job's latest attempt was ended by a hang diagnosis")),
-      stragglers_(Gauge(r, "trainyard_job_stragglers", "Ranks of a job flagged as stragglers now")) {}
+      stragglers_(Gauge(r, "trainyard_job_stragglers", "Ranks of a job flagged as stragglers now")),
+      heartbeat_latency_(prometheus::BuildHistogram()
+                             .Name("trainyard_heartbeat_latency_seconds")
+                             .Help("From a worker sending a heartbeat to the coordinator applying it")
+                             .Register(r)
+                             .Add({}, prometheus::Histogram::BucketBoundaries{
+                                          0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                          0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5})) {}
 
 void CoordinatorMetrics::Update(const Coordinator::Snapshot& s) {
   for (int st = trainyard::v1::PENDING; st <= trainyard::v1::CANCELLED; ++st) {

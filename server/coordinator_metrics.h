@@ -8,6 +8,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include "server/coordinator.h"
@@ -18,6 +19,8 @@ class CoordinatorMetrics {
  public:
   explicit CoordinatorMetrics(prometheus::Registry& registry);
   void Update(const Coordinator::Snapshot& s);
+  // From sending a heartbeat to the coordinator having applied it. Thread-safe.
+  void ObserveHeartbeatLatency(double seconds) { heartbeat_latency_.Observe(seconds); }
 
  private:
   prometheus::Family<prometheus::Gauge>& jobs_;
@@ -33,6 +36,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& restarts_;
   prometheus::Family<prometheus::Gauge>& hung_;
   prometheus::Family<prometheus::Gauge>& stragglers_;
+  prometheus::Histogram& heartbeat_latency_;
 };
 
 }  // namespace trainyard::server

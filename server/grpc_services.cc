@@ -142,7 +142,7 @@ grpc::Status WorkerService::Heartbeat(
   TY_CHECK_CALLER(CheckWorker);
   v1::WorkerHeartbeat first;
   if (!stream->Read(&first)) return grpc::Status::OK;
-  Status s = c_->Heartbeat(first);
+  Status s = ApplyHeartbeat(first);
   if (!s.ok()) return rpc::ToGrpc(s);
   StatusOr<int64_t> incarnation = c_->Incarnation(first.name());
   if (!incarnation.ok()) return rpc::ToGrpc(incarnation.status());
@@ -150,7 +150,7 @@ grpc::Status WorkerService::Heartbeat(
   std::thread reader([&] {
     v1::WorkerHeartbeat hb;
     while (stream->Read(&hb)) {
-      if (hb.name() != first.name() || !c_->Heartbeat(hb).ok()) break;
+      if (hb.name() != first.name() || !ApplyHeartbeat(hb).ok()) break;
     }
     reader_done = true;
   });
@@ -169,6 +169,17 @@ grpc::Status WorkerService::Heartbeat(
   ctx->TryCancel();  // unblocks the reader
   reader.join();
   return result;
+}
+
+Status WorkerService::ApplyHeartbeat(const v1::WorkerHeartbeat& hb) {
+  Status s = c_->Heartbeat(hb);
+  if (on_latency_ && hb.sent_unix_us() > 0) {
+    const auto now = std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    on_latency_(static_cast<double>(now - hb.sent_unix_us()) / 1e6);
+  }
+  return s;
 }
 
 grpc::Status WorkerService::ReportMetrics(grpc::ServerContext* ctx,

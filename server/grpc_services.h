@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -46,8 +47,14 @@ class CoordinatorService final : public trainyard::v1::Coordinator::Service {
 
 class WorkerService final : public trainyard::v1::Worker::Service {
  public:
-  WorkerService(Coordinator* c, AuthPolicy auth, const std::atomic<bool>* stopping)
-      : c_(c), auth_(std::move(auth)), stopping_(stopping) {}
+  // `on_heartbeat_latency` (may be empty) gets, for each heartbeat that says when it was sent,
+  // the seconds from sending to applied.
+  WorkerService(Coordinator* c, AuthPolicy auth, const std::atomic<bool>* stopping,
+                std::function<void(double)> on_heartbeat_latency = {})
+      : c_(c),
+        auth_(std::move(auth)),
+        stopping_(stopping),
+        on_latency_(std::move(on_heartbeat_latency)) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const trainyard::v1::RegisterWorkerRequest* req,
@@ -69,9 +76,12 @@ class WorkerService final : public trainyard::v1::Worker::Service {
                         trainyard::v1::StoreAddResponse* resp) override;
 
  private:
+  Status ApplyHeartbeat(const trainyard::v1::WorkerHeartbeat& hb);
+
   Coordinator* c_;
   AuthPolicy auth_;
   const std::atomic<bool>* stopping_;
+  std::function<void(double)> on_latency_;
 };
 
 }  // namespace trainyard::server

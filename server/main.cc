@@ -115,7 +115,9 @@ int Run(const Flags& f) {
 
   std::atomic<bool> stopping{false};
   server::CoordinatorService client_service(coordinator->get(), *auth, &stopping);
-  server::WorkerService worker_service(coordinator->get(), *auth, &stopping);
+  server::WorkerService worker_service(coordinator->get(), *auth, &stopping, [&](double s) {
+    metrics.ObserveHeartbeatLatency(s);
+  });
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -255,6 +255,9 @@ class Daemon {
       v1::WorkerHeartbeat hb;
       hb.set_name(o_.name);
       for (const v1::RankStatus& s : Statuses()) *hb.add_ranks() = s;
+      hb.set_sent_unix_us(std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count());
       return stream->Write(hb);
     };
     if (!beat()) return;
