@@ -53,6 +53,7 @@ class Subprocess {
   Subprocess& operator=(const Subprocess&) = delete;
 
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   void Signal(int sig) { ::kill(pid_, sig); }
 
   // Reads output until stderr holds `text` (true) or the deadline passes or both pipes close.
