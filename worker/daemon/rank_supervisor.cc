@@ -61,8 +61,8 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
 RankSupervisor::~RankSupervisor() {
   for (auto& [key, r] : ranks_) {
     if (r.pid > 0 && !r.status.exited()) {
-      ::kill(r.pid, SIGKILL);
-      ::waitpid(r.pid, nullptr, 0);
+      ::kill(-r.pid, SIGKILL);
+      if (r.wait_status < 0) ::waitpid(r.pid, nullptr, 0);
     }
     if (r.report_fd >= 0) ::close(r.report_fd);
     if (r.err_fd >= 0) ::close(r.err_fd);
@@ -133,6 +133,7 @@ Status RankSupervisor::Spawn(const trainyard::v1::Assignment& a,
     (void)ignored;
     ::_exit(127);
   }
+  ::setpgid(pid, pid);  // as the child does: the group exists before Stop can signal it
   ::close(report[1]);
   ::close(err[1]);
   Rank& r = ranks_[{a.job_id(), a.attempt(), p.rank()}];
@@ -153,11 +154,13 @@ void RankSupervisor::Stop(const std::string& job_id, int attempt, bool checkpoin
   for (auto& [key, r] : ranks_) {
     if (std::get<0>(key) != job_id || (attempt != 0 && std::get<1>(key) != attempt)) continue;
     if (r.status.exited() || r.kill_at != SteadyClock::time_point{}) continue;
+    // Signals go to the rank's process group (its pid: it was made a group leader at fork),
+    // which outlives the reaped rank while anything it started runs.
     if (checkpoint) {
-      ::kill(r.pid, SIGTERM);
+      ::kill(-r.pid, SIGTERM);
       r.kill_at = SteadyClock::now() + options_.grace;
     } else {
-      ::kill(r.pid, SIGKILL);
+      ::kill(-r.pid, SIGKILL);
       r.kill_at = SteadyClock::now();
       r.killed = true;
     }
@@ -266,22 +269,32 @@ void RankSupervisor::Reap() {
       continue;
     }
     if (r.kill_at != SteadyClock::time_point{} && now >= r.kill_at && !r.killed) {
-      ::kill(r.pid, SIGKILL);
+      ::kill(-r.pid, SIGKILL);  // its process group: whatever it started goes too
       r.killed = true;
     }
-    // The exit counts once its pipes are drained: its last reports and words come first.
-    int status = 0;
+    // The exit counts once its pipes are drained (its last reports and words come first), or
+    // 2 s after it exited when something it started still holds them open.
+    if (r.wait_status < 0) {
+      int status = 0;
+      const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
+      if (got == 0) {
+        ++it;
+        continue;
+      }
+      r.wait_status = got < 0 ? W_EXITCODE(1, 0) : status;
+      r.reaped_at = now;
+    }
     const bool pipes_open = r.report_fd >= 0 || r.err_fd >= 0;
-    if (pipes_open && ::kill(r.pid, 0) == 0) {
+    if (pipes_open && now - r.reaped_at < 2s) {
       ++it;
       continue;
     }
-    const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
-    if (got == 0) {
-      ++it;
-      continue;
+    for (int* fd : {&r.report_fd, &r.err_fd}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
     }
-    const int code = got < 0 ? 1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const int status = r.wait_status;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.status.set_exited(true);
     r.status.set_exit_code(code);
     r.exited_at = now;

@@ -63,6 +63,8 @@ class RankSupervisor {
     std::chrono::steady_clock::time_point last_report, phase_since, collective_since, exited_at;
     std::chrono::steady_clock::time_point kill_at{};  // SIGKILL then, when stopping
     bool killed = false;
+    int wait_status = -1;  // from waitpid, once reaped
+    std::chrono::steady_clock::time_point reaped_at{};
   };
   using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
 
