@@ -4,8 +4,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <set>
+
+#include <grpcpp/generic/generic_stub.h>
 
 #include "common/json.h"
 #include "tests/testing/cluster.h"
@@ -109,6 +113,73 @@ TEST(ServiceTest, MetricsReachWatchJobAndEveryMetricsEndpoint) {
     }
   }
   EXPECT_EQ(ranks_seen.size(), 2u);
+}
+
+// gRPC health checking and reflection, called as any gRPC tool would (generic calls with
+// hand-encoded messages, so the test needs neither service's generated code).
+TEST(ServiceTest, ServesHealthCheckingAndReflection) {
+  TempDir dir;
+  Cluster cluster(dir.path(), {1, 1, 10, {}, {}, {}});
+  std::string error;
+  ASSERT_TRUE(cluster.StartCoordinator(&error)) << error;
+  auto channel = grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  auto call = [&](const std::string& method, const std::string& request, std::string* response) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    grpc::Slice slice(request);
+    grpc::ByteBuffer in(&slice, 1), out;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      status = s;
+      done = true;
+      cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, 15s, [&] { return done; });
+    std::vector<grpc::Slice> slices;
+    (void)out.Dump(&slices);
+    for (const auto& sl : slices) response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    return status;
+  };
+  // HealthCheckRequest{service: ""} is empty; HealthCheckResponse{status: SERVING} is 08 01.
+  std::string health;
+  grpc::Status s = call("/grpc.health.v1.Health/Check", "", &health);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(health, std::string("\x08\x01", 2));
+
+  // Reflection: ServerReflectionRequest{list_services: ""} (field 7) on the bidi stream.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  grpc::CompletionQueue cq;
+  auto stream = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  stream->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::Slice req(std::string("\x3a\x00", 2));
+  grpc::ByteBuffer in(&req, 1), out;
+  stream->Write(in, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  stream->Read(&out, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  (void)out.Dump(&slices);
+  std::string services;
+  for (const auto& sl : slices) services.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  EXPECT_NE(services.find("trainyard.v1.Coordinator"), std::string::npos);
+  EXPECT_NE(services.find("trainyard.v1.Worker"), std::string::npos);
+  EXPECT_NE(services.find("grpc.health.v1.Health"), std::string::npos);
+  ctx.TryCancel();
+  stream->Finish(&s, reinterpret_cast<void*>(4));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
 }
 
 }  // namespace
