@@ -41,6 +41,17 @@ void CoordinatorMetrics::Update(const Coordinator::Snapshot& s) {
   queue_length_.Set(s.queue_length);
   workers_alive_.Set(s.workers_alive);
   workers_registered_.Set(s.workers_known);
+  std::set<std::string> now;
+  for (const Coordinator::JobGauges& j : s.jobs) now.insert(j.id);
+  for (const std::string& id : exported_) {
+    if (now.count(id)) continue;
+    const prometheus::Labels job{{"job", id}};
+    for (auto* family : {&step_, &total_steps_, &loss_, &samples_per_second_, &tokens_per_second_,
+                         &eta_, &restarts_, &hung_, &stragglers_}) {
+      family->Remove(&family->Add(job));
+    }
+  }
+  exported_ = std::move(now);
   for (const Coordinator::JobGauges& j : s.jobs) {
     const prometheus::Labels job{{"job", j.id}};
     step_.Add(job).Set(static_cast<double>(j.last_step.step()));

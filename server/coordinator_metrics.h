@@ -1,9 +1,12 @@
 // The coordinator's Prometheus metrics (served on /metrics by the coordinator's main): jobs by
 // state, queue length, workers, and per job its step, loss, throughput, ETA, restarts, and the
-// hang and straggler flags. Update() copies a Coordinator::Snapshot into the gauges.
+// hang and straggler flags. Update() copies a Coordinator::Snapshot into the gauges; a job's
+// series go when it leaves the snapshot (an hour after it ended).
 #pragma once
 
 #include <memory>
+#include <set>
+#include <string>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -37,6 +40,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& hung_;
   prometheus::Family<prometheus::Gauge>& stragglers_;
   prometheus::Histogram& heartbeat_latency_;
+  std::set<std::string> exported_;  // jobs with series now
 };
 
 }  // namespace trainyard::server

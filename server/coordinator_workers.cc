@@ -185,11 +185,12 @@ void Coordinator::OnRankExit(Entry& e, RankRuntime& r) {
 Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = Find(report.job_id());
-  if (e == nullptr || report.attempt() != e->job.attempts_size() || !ActiveAttempt(*e)) {
+  if (e == nullptr || report.attempt() != e->job.attempts_size()) {
     return OkStatus();  // from an attempt that is over: dropped
   }
   JobEvent event;
   if (report.has_step()) {
+    if (!ActiveAttempt(*e)) return OkStatus();
     trainyard::v1::StepMetrics m = report.step();
     auto it = e->ranks.find(m.rank());
     if (it == e->ranks.end()) return InvalidArgumentError("no rank " + std::to_string(m.rank()));

@@ -6,6 +6,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,8 +92,19 @@ int Run(const Flags& f) {
   if (!hb_timeout.ok()) return Fail(std::string(hb_timeout.status().message()));
   if (!hb_interval.ok()) return Fail(std::string(hb_interval.status().message()));
 
+  if (*hb_timeout <= *hb_interval) {
+    return Fail("--heartbeat-timeout " + f.Get("heartbeat-timeout") +
+                " must be longer than --heartbeat-interval " + f.Get("heartbeat-interval"));
+  }
   const std::string state_dir = f.Get("state-dir");
   ::mkdir(state_dir.c_str(), 0755);
+  // One coordinator per state directory: two would each believe they own every job.
+  const std::string lock_path = state_dir + "/coordinator.lock";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return Fail("another trainyard-coordinator uses " + state_dir + " (" + lock_path +
+                " is locked); stop it or give another --state-dir");
+  }
   StatusOr<std::unique_ptr<server::JobStore>> store =
       server::OpenSqliteJobStore(state_dir + "/jobs.db");
   if (!store.ok()) return Fail(std::string(store.status().message()));

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
@@ -120,15 +122,22 @@ TEST(SecurityTest, WorkerWithoutAClientCertificateIsRefusedUnderMutualTls) {
   v1::RegisterWorkerResponse resp;
   EXPECT_EQ(stub->RegisterWorker(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
 
-  // With its certificate the same worker registers.
+  // With its certificate the same worker registers, and its ranks rendezvous over mutual TLS.
   cluster.worker(0).Kill(SIGKILL);
   ClusterOptions with = Secure(dir.path(), /*worker_certs=*/true);
   with.workers = 1;
+  with.slots = 2;
   Cluster good(dir.File("good"), with);
   std::filesystem::create_directories(dir.File("good"));
   cluster.coordinator().Kill(SIGTERM);
   ASSERT_TRUE(good.Start(&error)) << error;
   EXPECT_EQ(good.AliveWorkers(), 1);
+  auto job = good.client().Submit(
+      R"({"name":"tls","model":{"mlp":{"sizes":[784,16,10]}},"data":{"fashion_mnist":{"limit":640}},)"
+      R"("optimizer":{"sgd":{}},"steps":10,"parallelism":{"world_size":2}})");
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  testing::JobWatch watch(good.client(), job->id());
+  EXPECT_TRUE(watch.WaitForState(v1::SUCCEEDED, 60s)) << watch.Describe() << good.Logs();
 }
 
 }  // namespace

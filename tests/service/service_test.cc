@@ -115,6 +115,20 @@ TEST(ServiceTest, MetricsReachWatchJobAndEveryMetricsEndpoint) {
   EXPECT_EQ(ranks_seen.size(), 2u);
 }
 
+TEST(ServiceTest, ASecondCoordinatorOnTheSameStateDirectoryIsRefused) {
+  TempDir dir;
+  Cluster cluster(dir.path(), {1, 1, 10, {}, {}, {}});
+  std::string error;
+  ASSERT_TRUE(cluster.StartCoordinator(&error)) << error;
+  testing::ProcessResult r = testing::RunProcess(
+      {std::string(TY_BIN_DIR) + "/trainyard-coordinator", "--listen", "127.0.0.1:0",
+       "--metrics-listen", "127.0.0.1:0", "--state-dir", dir.File("state")},
+      20s);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("another trainyard-coordinator uses"), std::string::npos) << r.err;
+  EXPECT_TRUE(cluster.coordinator().running());
+}
+
 // gRPC health checking and reflection, called as any gRPC tool would (generic calls with
 // hand-encoded messages, so the test needs neither service's generated code).
 TEST(ServiceTest, ServesHealthCheckingAndReflection) {

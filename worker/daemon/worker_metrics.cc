@@ -61,6 +61,22 @@ void WorkerMetrics::OnStep(const trainyard::v1::RankStatus& who, const Json& m) 
 }
 
 void WorkerMetrics::OnStatuses(const std::vector<trainyard::v1::RankStatus>& ranks) {
+  std::set<std::pair<std::string, int>> now;
+  for (const auto& s : ranks) now.insert({s.job_id(), s.rank()});
+  for (const auto& [job, rank] : exported_) {
+    if (now.count({job, rank})) continue;
+    const prometheus::Labels labels{{"job", job}, {"rank", std::to_string(rank)}};
+    for (auto* family : {&step_, &loss_, &step_seconds_, &bandwidth_, &memory_}) {
+      family->Remove(&family->Add(labels));
+    }
+    steps_total_.Remove(&steps_total_.Add(labels));
+    for (const char* phase : {"data", "forward", "backward", "allreduce_wait", "optimizer"}) {
+      prometheus::Labels l = labels;
+      l["phase"] = phase;
+      phase_seconds_.Remove(&phase_seconds_.Add(l));
+    }
+  }
+  exported_ = std::move(now);
   int running = 0;
   for (const auto& s : ranks) {
     if (!s.exited()) {

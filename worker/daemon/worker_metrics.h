@@ -7,6 +7,10 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include <map>
+#include <set>
+#include <tuple>
+
 #include "common/json.h"
 #include "trainyard/v1/service.pb.h"
 
@@ -17,7 +21,8 @@ class WorkerMetrics {
   explicit WorkerMetrics(prometheus::Registry& registry, int slots);
   // A rank's "step" report line (rank.h).
   void OnStep(const trainyard::v1::RankStatus& who, const Json& step);
-  // Running ranks' memory and the counts; exits counted once each.
+  // Running ranks' memory and the counts; exits counted once each. A rank's series go when
+  // the supervisor forgets it (10 minutes after its exit).
   void OnStatuses(const std::vector<trainyard::v1::RankStatus>& ranks);
   void SetConnected(bool connected) { connected_.Set(connected ? 1 : 0); }
 
@@ -34,6 +39,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& memory_;
   prometheus::Family<prometheus::Counter>& steps_total_;
   std::map<std::tuple<std::string, int, int>, bool> counted_exits_;
+  std::set<std::pair<std::string, int>> exported_;  // (job, rank) with series now
 };
 
 }  // namespace trainyard::daemon
