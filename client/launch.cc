@@ -14,9 +14,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <thread>
 
+#include "common/random_id.h"
 #include "common/signals.h"
 #include "worker/dist/store.h"
 
@@ -65,14 +65,6 @@ Status MissingEnv(const char* name) {
   return InvalidArgumentError(std::string(name) + " is not set: a rank needs " + kRankEnv + ", " +
                               kWorldSizeEnv + ", " + kStoreEnv + " and " + kRunIdEnv +
                               " (trainyard train --nproc sets them)");
-}
-
-std::string RandomRunId() {
-  std::random_device device;
-  std::uniform_int_distribution<int> digit(0, 15);
-  std::string id;
-  for (int i = 0; i < 16; ++i) id += "0123456789abcdef"[digit(device)];
-  return id;
 }
 
 // This process's environment without the launcher's variables, plus `rank`'s. Ranks share
@@ -363,7 +355,7 @@ int Launch(const LaunchOptions& o) {
         std::string(server.status().message()));
     return 1;
   }
-  const std::string run_id = RandomRunId();
+  const std::string run_id = RandomHex(16);
   if (!o.quiet) {
     Say("trainyard: launching " + std::to_string(o.nproc) + " ranks (run " + run_id + ", store " +
         (*server)->address() + ")");

@@ -294,16 +294,8 @@ int RunLocalCommand(const std::vector<std::string>& args) {
       .Switch("quiet", "no progress (the summary still prints)")
       .Value("output", "text", "text or json (the final job)")
       .Alias("-o", "output");
-  Status s = f.Parse(args);
-  if (f.help()) {
-    std::fputs(f.Help().c_str(), stdout);
-    return 0;
-  }
-  if (s.ok() && f.positional().size() != 1) s = InvalidArgumentError("takes one spec file");
-  if (s.ok() && f.Get("output") != "text" && f.Get("output") != "json") {
-    s = InvalidArgumentError("-o takes json or text");
-  }
-  if (!s.ok()) return CommandError(std::string(s.message()) + "\n" + f.Help(), 2);
+  int code = 0;
+  if (!ParseFlags(f, args, 1, &code)) return code;
   return Local(f).Run();
 }
 

@@ -26,30 +26,6 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
-// The command's flags, parsed; nullopt-like: returns false after printing the error or help.
-bool ParseFlags(Flags& f, const std::vector<std::string>& args, size_t positionals, int* code) {
-  Status s = f.Parse(args);
-  if (f.help()) {
-    std::fputs(f.Help().c_str(), stdout);
-    *code = 0;
-    return false;
-  }
-  if (s.ok() && f.positional().size() != positionals) {
-    s = InvalidArgumentError(positionals == 0 ? "takes no arguments"
-                             : "takes " + std::to_string(positionals) + " argument" +
-                                   (positionals > 1 ? "s" : ""));
-  }
-  if (!s.ok()) {
-    *code = CommandError(std::string(s.message()) + "\n" + f.Help(), 2);
-    return false;
-  }
-  if (f.Get("output") != "text" && f.Get("output") != "json") {
-    *code = CommandError("-o takes json or text, not \"" + f.Get("output") + "\"", 2);
-    return false;
-  }
-  return true;
-}
-
 StatusOr<std::unique_ptr<ServiceClient>> ConnectWith(const Flags& f) {
   return ServiceClient::Connect(ReadConnectFlags(f));
 }
@@ -224,6 +200,18 @@ int Workers(const std::vector<std::string>& args) {
 }
 
 }  // namespace
+
+bool ParseFlags(Flags& f, const std::vector<std::string>& args, int positionals, int* code) {
+  if (std::optional<int> end = f.ParseOrExit(args, "trainyard", positionals)) {
+    *code = *end;
+    return false;
+  }
+  if (f.Get("output") != "text" && f.Get("output") != "json") {
+    *code = CommandError("-o takes json or text, not \"" + f.Get("output") + "\"", 2);
+    return false;
+  }
+  return true;
+}
 
 int CommandError(const std::string& message, int code) {
   std::fprintf(stderr, "trainyard: error: %s\n", message.c_str());

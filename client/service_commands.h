@@ -20,6 +20,10 @@ int RunLocalCommand(const std::vector<std::string>& args);
 void AddConnectFlags(Flags& f);
 ConnectOptions ReadConnectFlags(const Flags& f);
 
+// Parses a command's flags (Flags::ParseOrExit with -o checked): false, with *code set, when
+// the command ends here (help, bad usage).
+bool ParseFlags(Flags& f, const std::vector<std::string>& args, int positionals, int* code);
+
 // Prints `message` as "trainyard: error: ..." and returns `code`.
 int CommandError(const std::string& message, int code);
 // The exit code for a failed call: 2 for InvalidArgument, 1 otherwise.

@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "client/format.h"
 #include "client/launch.h"
 #include "common/signals.h"
 #include "client/spec_file.h"
@@ -76,17 +77,6 @@ std::string Grouped(double v) {
   return out;
 }
 
-std::string Duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  long long s = std::llround(seconds);
-  char buf[32];
-  if (s >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%lld:%02lld", s / 60, s % 60);
-  }
-  return buf;
-}
 
 // The progress line: rewritten in place on a terminal, else printed every few seconds.
 class Progress {
@@ -123,7 +113,7 @@ class Progress {
         Fixed(100.0 * m.step / m.total_steps, 1) + "%)  epoch " + std::to_string(m.epoch + 1) +
         "  loss " + Fixed(loss_, 4) + "  lr " + ShortNumber(m.lr) + "  " + Grouped(rate) +
         (text_ ? " tokens/s" : " samples/s") + "  ETA " +
-        Duration(step_seconds_ * static_cast<double>(m.total_steps - m.step)) + Comm(m);
+        FormatDuration(step_seconds_ * static_cast<double>(m.total_steps - m.step)) + Comm(m);
     Print(line, /*keep=*/!tty_);
   }
 
@@ -214,7 +204,7 @@ void PrintSummary(const trainer::TrainSummary& s, bool text) {
   std::string out = s.name + ": " + (s.interrupted ? "stopped at step " : "") +
                     std::to_string(s.steps) +
                     (s.interrupted ? " of " + std::to_string(s.total_steps) : " steps") + " (" +
-                    std::to_string(s.steps_this_run) + " in this run) in " + Duration(s.seconds) +
+                    std::to_string(s.steps_this_run) + " in this run) in " + FormatDuration(s.seconds) +
                     ", " + Grouped(text ? s.tokens_per_second : s.samples_per_second) +
                     (text ? " tokens/s\n" : " samples/s\n");
   out += "  train loss   " + Fixed(s.final_train_loss, 4) + " (mean of the last 50 steps)\n";

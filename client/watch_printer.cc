@@ -25,17 +25,6 @@ int ExitCodeOf(v1::JobState state) {
   }
 }
 
-std::string FormatDuration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const long long s = std::llround(seconds);
-  char buf[32];
-  if (s >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%lld:%02lld", s / 60, s % 60);
-  }
-  return buf;
-}
 
 WatchPrinter::WatchPrinter(bool json, bool quiet)
     : json_(json), quiet_(quiet), tty_(::isatty(STDERR_FILENO)) {}

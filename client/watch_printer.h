@@ -7,6 +7,7 @@
 #include <chrono>
 #include <string>
 
+#include "client/format.h"
 #include "client/service_client.h"
 
 namespace trainyard::client {
@@ -34,7 +35,5 @@ std::string ToJsonText(const google::protobuf::Message& m);
 // The exit code for a final state: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED.
 int ExitCodeOf(v1::JobState state);
 
-// "1:05", "2:03:04".
-std::string FormatDuration(double seconds);
 
 }  // namespace trainyard::client

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/check.h"
@@ -60,6 +61,24 @@ Status Flags::Parse(const std::vector<std::string>& args) {
     }
   }
   return OkStatus();
+}
+
+std::optional<int> Flags::ParseOrExit(const std::vector<std::string>& args,
+                                      const std::string& program, int positionals) {
+  Status s = Parse(args);
+  if (help_) {
+    std::fputs(Help().c_str(), stdout);
+    return 0;
+  }
+  if (s.ok() && positionals >= 0 && positional_.size() != static_cast<size_t>(positionals)) {
+    s = positional_.size() > static_cast<size_t>(positionals)
+            ? InvalidArgumentError("unexpected argument \"" + positional_[positionals] + "\"")
+            : InvalidArgumentError("missing argument (" + std::to_string(positionals) + " expected)");
+  }
+  if (s.ok()) return std::nullopt;
+  std::fprintf(stderr, "%s: error: %s\n%s", program.c_str(), std::string(s.message()).c_str(),
+               Help().c_str());
+  return 2;
 }
 
 const std::string& Flags::Get(const std::string& name) const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,12 @@ class Flags {
   // sets help(); other arguments are positional(). A value flag given again keeps every value
   // (All()); Get() is the last.
   Status Parse(const std::vector<std::string>& args);
+
+  // Parse() for a program's main: on --help prints Help() to stdout and returns 0; on an error,
+  // or a number of positional arguments other than `positionals` (-1: any), prints
+  // "<program>: error: ..." and Help() to stderr and returns 2; nullopt to carry on.
+  std::optional<int> ParseOrExit(const std::vector<std::string>& args, const std::string& program,
+                                 int positionals);
 
   const std::string& Get(const std::string& name) const;
   bool On(const std::string& name) const;

@@ -37,3 +37,9 @@ ty_ensure_data() {
     mv data/kjv.txt.tmp data/kjv.txt
   fi
 }
+
+# ty_prepare [PKG...]: what the scripts do first: the build packages (and PKG...), the datasets.
+ty_prepare() {
+  ty_ensure_packages "${TY_BUILD_PACKAGES[@]}" "$@"
+  ty_ensure_data
+}

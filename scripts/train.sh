@@ -7,8 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-ty_ensure_packages "${TY_BUILD_PACKAGES[@]}"
-ty_ensure_data
+ty_prepare
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${TY_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j "$(nproc)" --target trainyard

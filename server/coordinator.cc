@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "common/json.h"
 #include "common/logging.h"
+#include "common/random_id.h"
 #include "server/scheduler.h"
 
 namespace trainyard::server {
@@ -63,18 +63,6 @@ void Watcher::End() {
 }
 
 // ---- Coordinator: set-up and clients ----
-
-namespace {
-
-std::string RandomSecret() {
-  std::random_device device;
-  std::uniform_int_distribution<int> digit(0, 15);
-  std::string s;
-  for (int i = 0; i < 32; ++i) s += "0123456789abcdef"[digit(device)];
-  return s;
-}
-
-}  // namespace
 
 Coordinator::Coordinator(std::unique_ptr<JobStore> store, const Clock* clock,
                          CoordinatorOptions options)
@@ -389,7 +377,7 @@ void Coordinator::StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacemen
   trainyard::v1::Attempt* a = e.job.add_attempts();
   a->set_number(e.job.attempts_size());
   a->set_started_ms(NowMs());
-  a->set_secret(RandomSecret());
+  a->set_secret(RandomHex(32));
   e.ranks.clear();
   std::map<std::string, trainyard::v1::Assignment> by_worker;
   for (auto& p : ranks) {

@@ -189,17 +189,9 @@ int main(int argc, char** argv) {
       .Value("tokens-file", "", "bearer tokens clients must send, one per line")
       .Switch("insecure-plaintext", "allow plaintext on a non-loopback --listen")
       .Value("ready-file", "", "write the gRPC and metrics addresses here once serving");
-  Status parsed = f.Parse(std::vector<std::string>(argv + 1, argv + argc));
-  if (f.help()) {
-    std::fputs(f.Help().c_str(), stdout);
-    return 0;
-  }
-  if (parsed.ok() && !f.positional().empty()) {
-    parsed = InvalidArgumentError("unexpected argument \"" + f.positional()[0] + "\"");
-  }
-  if (!parsed.ok()) {
-    Fail(std::string(parsed.message()) + "\n" + f.Help());
-    return 2;
+  if (std::optional<int> code =
+          f.ParseOrExit(std::vector<std::string>(argv + 1, argv + argc), "trainyard-coordinator", 0)) {
+    return *code;
   }
   return Run(f);
 }

@@ -51,15 +51,7 @@ int main(int argc, char** argv) {
       .Value("tls-server-name", "", "name to check in the coordinator's certificate")
       .Switch("insecure", "allow plaintext to a non-loopback coordinator")
       .Value("ready-file", "", "write the metrics address here once registered");
-  Status parsed = f.Parse(args);
-  if (f.help()) {
-    std::fputs(f.Help().c_str(), stdout);
-    return 0;
-  }
-  if (parsed.ok() && !f.positional().empty()) {
-    parsed = InvalidArgumentError("unexpected argument \"" + f.positional()[0] + "\"");
-  }
-  if (!parsed.ok()) return Fail(std::string(parsed.message()) + "\n" + f.Help());
+  if (std::optional<int> code = f.ParseOrExit(args, "trainyard-worker", 0)) return *code;
   auto env_or = [&](const char* flag, const char* env, const char* fallback) {
     if (!f.Get(flag).empty()) return f.Get(flag);
     const char* v = std::getenv(env);
