@@ -200,8 +200,7 @@ TEST_F(CoordinatorTest, AssignmentSecretOpensTheAttemptsRendezvous) {
   ASSERT_EQ(commands.size(), 1u);
   const std::string secret = commands[0].assign().secret();
   EXPECT_TRUE(c().rendezvous().Set({id, 1, secret}, "k", "v").ok());
-  EXPECT_EQ(c().rendezvous().Set({id, 1, "guess"}, "k", "v").code(),
-            StatusCode::kPermissionDenied);
+  EXPECT_EQ(c().rendezvous().Set({id, 1, "guess"}, "k", "v").code(), StatusCode::kPermissionDenied);
 }
 
 TEST_F(CoordinatorTest, JobRunsOnceEveryRankReported) {
@@ -503,6 +502,132 @@ TEST_F(CoordinatorTest, RestartedCoordinatorKeepsTheJobsAndTheirStates) {
   c().Tick();
   EXPECT_EQ(State(pending), trainyard::v1::SCHEDULED);
   ASSERT_EQ(Commands("a").size(), 1u);
+}
+
+// A RegisterWorkerRequest of `name` (one CPU slot) still supervising `ranks`.
+trainyard::v1::RegisterWorkerRequest Reregistration(const std::string& name,
+                                                    const std::vector<RankStatus>& ranks) {
+  trainyard::v1::RegisterWorkerRequest req;
+  req.set_name(name);
+  req.set_host(name + ".host");
+  req.set_cpu_slots(1);
+  for (const RankStatus& s : ranks) *req.add_ranks() = s;
+  return req;
+}
+
+TEST_F(CoordinatorTest, RestartedCoordinatorKeepsARunningJobWhoseWorkersComeBackWithItsRanks) {
+  testing::TempDir dir;
+  const std::string path = dir.File("jobs.db");
+  StatusOr<std::unique_ptr<JobStore>> store = OpenSqliteJobStore(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Start(*std::move(store));
+  Register("a");
+  Register("b");
+  const std::string id = Submit();
+  c().Tick();
+  std::vector<WorkerCommand> commands = Commands("a");
+  ASSERT_EQ(commands.size(), 1u);
+  const std::string secret = commands[0].assign().secret();
+  Heartbeat("a", {Rank(id, 1, 0)});
+  Heartbeat("b", {Rank(id, 1, 1)});
+  ASSERT_EQ(State(id), trainyard::v1::RUNNING);
+
+  coordinator_.reset();
+  store = OpenSqliteJobStore(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Start(*std::move(store));
+  EXPECT_EQ(State(id), trainyard::v1::RUNNING);
+  // The ranks still rendezvous with the attempt's secret.
+  EXPECT_TRUE(c().rendezvous().Set({id, 1, secret}, "k", "v").ok());
+
+  ASSERT_TRUE(c().RegisterWorker(Reregistration("a", {Rank(id, 1, 0)})).ok());
+  ASSERT_TRUE(c().RegisterWorker(Reregistration("b", {Rank(id, 1, 1)})).ok());
+  clock_.Advance(c().options().heartbeat_timeout / 2);
+  Heartbeat("a", {Rank(id, 1, 0)});
+  Heartbeat("b", {Rank(id, 1, 1)});
+  c().Tick();
+  EXPECT_EQ(State(id), trainyard::v1::RUNNING);
+  EXPECT_THAT(Commands("a"), IsEmpty());
+  EXPECT_THAT(Commands("b"), IsEmpty());
+
+  Heartbeat("a", {Exited(id, 1, 0, 0)});
+  Heartbeat("b", {Exited(id, 1, 1, 0)});
+  EXPECT_EQ(State(id), trainyard::v1::SUCCEEDED);
+}
+
+TEST_F(CoordinatorTest, RestartedCoordinatorFinishesACancelThatWasUnderWay) {
+  testing::TempDir dir;
+  const std::string path = dir.File("jobs.db");
+  StatusOr<std::unique_ptr<JobStore>> store = OpenSqliteJobStore(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Start(*std::move(store));
+  const std::string id = StartJob();
+  ASSERT_TRUE(c().Cancel(id, /*checkpoint=*/true).ok());
+  for (const std::string worker : {"a", "b"}) {
+    std::vector<WorkerCommand> commands = Commands(worker);
+    ASSERT_EQ(commands.size(), 1u) << worker;
+    ASSERT_TRUE(commands[0].has_cancel()) << worker;
+  }
+
+  coordinator_.reset();
+  store = OpenSqliteJobStore(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Start(*std::move(store));
+  // The ranks saved their checkpoint and exited while the coordinator was away.
+  ASSERT_TRUE(c().RegisterWorker(Reregistration("a", {Exited(id, 1, 0, 143)})).ok());
+  ASSERT_TRUE(c().RegisterWorker(Reregistration("b", {Exited(id, 1, 1, 143)})).ok());
+  c().Tick();
+  const trainyard::v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), trainyard::v1::CANCELLED);
+  EXPECT_EQ(job.restarts(), 0);
+}
+
+TEST_F(CoordinatorTest, WorkerComingBackWithoutItsRankRestartsTheJob) {
+  const std::string id = StartJob();
+  // b's daemon restarted: it supervises nothing now.
+  ASSERT_TRUE(c().RegisterWorker(Reregistration("b", {})).ok());
+  const trainyard::v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), trainyard::v1::RESTARTING);
+  EXPECT_THAT(job.reason(), HasSubstr("worker b (b.host) came back without rank 1 on b"));
+  std::vector<WorkerCommand> commands = Commands("a");
+  ASSERT_EQ(commands.size(), 1u);
+  EXPECT_TRUE(commands[0].has_abort());
+
+  Heartbeat("a", {Exited(id, 1, 0, 137)});
+  c().Tick();
+  EXPECT_EQ(State(id), trainyard::v1::SCHEDULED);
+  EXPECT_EQ(Get(id).attempts_size(), 2);
+}
+
+TEST_F(CoordinatorTest, RankOfAnAttemptThatIsOverIsToldToStop) {
+  Register("a");
+  Heartbeat("a", {Rank("t-7", 3, 0)});
+  std::vector<WorkerCommand> commands = Commands("a");
+  ASSERT_EQ(commands.size(), 1u);
+  ASSERT_TRUE(commands[0].has_abort());
+  EXPECT_EQ(commands[0].abort().job_id(), "t-7");
+  EXPECT_EQ(commands[0].abort().attempt(), 3);
+  Heartbeat("a", {Exited("t-7", 3, 0, 137)});
+  EXPECT_THAT(Commands("a"), IsEmpty()) << "told an exited rank to stop";
+}
+
+TEST_F(CoordinatorTest, ScheduledAttemptWhoseRanksDoNotStartInTimeIsRestarted) {
+  const std::string id = StartJob(/*running=*/false);
+  Heartbeat("a", {Rank(id, 1, 0)});
+  // Keep both workers alive while rank 1 never starts.
+  const auto step = c().options().heartbeat_timeout / 2;
+  for (auto waited = step; waited < c().options().start_timeout; waited += step) {
+    clock_.Advance(step);
+    Heartbeat("a", {Rank(id, 1, 0)});
+    Heartbeat("b", {});
+    c().Tick();
+    ASSERT_EQ(State(id), trainyard::v1::SCHEDULED) << "aborted after " << waited.count() << " ms";
+  }
+  clock_.Advance(step);
+  c().Tick();
+  const trainyard::v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), trainyard::v1::RESTARTING);
+  EXPECT_THAT(job.reason(), HasSubstr("rank 1 on b (b.host) did not start within 120.0 s"));
 }
 
 TEST_F(CoordinatorTest, WatchDeliversTheCurrentStateFirstThenLaterTransitions) {

@@ -76,10 +76,10 @@ TEST(FindHangTest, NamesARankStuckInOnePhaseThatStillReports) {
 
 TEST(FindHangTest, NamesNobodyWhenNobodyWaitedForTheTimeout) {
   // Rank 1 is silent, but the others have waited 30 s of the 60.
-  EXPECT_FALSE(FindHang({Waiter(0, 30000), Rank(1, "backward", 65000, 65000, 7, 7, 1000),
-                         Waiter(2, 30000)},
-                        kTimeoutSeconds)
-                   .has_value());
+  EXPECT_FALSE(
+      FindHang({Waiter(0, 30000), Rank(1, "backward", 65000, 65000, 7, 7, 1000), Waiter(2, 30000)},
+               kTimeoutSeconds)
+          .has_value());
 }
 
 TEST(FindHangTest, NamesNobodyWhenTheOnlyWaiterIsSilentItself) {
@@ -95,9 +95,9 @@ TEST(FindHangTest, EvaluationAndCheckpointingAreProgressNotAHang) {
   EXPECT_FALSE(
       FindHang({Rank(0, "evaluate", 500, 120000, 7, 7, 1000), Waiter(1, 120000)}, kTimeoutSeconds)
           .has_value());
-  EXPECT_FALSE(FindHang({Rank(0, "checkpoint", 500, 120000, 7, 7, 1000), Waiter(1, 120000)},
-                        kTimeoutSeconds)
-                   .has_value());
+  EXPECT_FALSE(
+      FindHang({Rank(0, "checkpoint", 500, 120000, 7, 7, 1000), Waiter(1, 120000)}, kTimeoutSeconds)
+          .has_value());
 }
 
 TEST(FindHangTest, IgnoresRanksThatExited) {
@@ -144,6 +144,16 @@ TEST(StragglerDetectorTest, DoesNotFlagARankWithinTheFactor) {
   for (int i = 0; i < 3; ++i) {
     d.AddStep(0, 0.1);
     d.AddStep(1, 0.15);
+  }
+  EXPECT_THAT(d.Update(), IsEmpty());
+  EXPECT_THAT(d.Flagged(), IsEmpty());
+}
+
+TEST(StragglerDetectorTest, DoesNotFlagMillisecondStepsThatDifferByNoiseAlone) {
+  StragglerDetector d(2, 2, 3);
+  for (int i = 0; i < 3; ++i) {
+    d.AddStep(0, 0.001);
+    d.AddStep(1, 0.003);  // 3x, but under kMinExcessSeconds slower
   }
   EXPECT_THAT(d.Update(), IsEmpty());
   EXPECT_THAT(d.Flagged(), IsEmpty());

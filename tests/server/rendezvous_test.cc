@@ -49,8 +49,9 @@ TEST_F(RendezvousTest, GetWaitsForALaterSetFromAnotherThread) {
 }
 
 TEST_F(RendezvousTest, WaitReturnsOnceEveryKeyIsSet) {
-  auto waiter = std::async(std::launch::async,
-                           [&] { return store_.Wait(scope_, {"a", "b"}, kLong); });
+  auto waiter = std::async(std::launch::async, [&] {
+    return store_.Wait(scope_, {"a", "b"}, kLong);
+  });
   ASSERT_TRUE(store_.Set(scope_, "a", "1").ok());
   ASSERT_TRUE(store_.Set(scope_, "b", "2").ok());
   ASSERT_EQ(waiter.wait_for(kLong), std::future_status::ready);
