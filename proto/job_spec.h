@@ -160,7 +160,7 @@ struct CheckpointSpec {
 // Data parallelism across processes (ranks); see ParallelismSpec in job.proto.
 struct ParallelismSpec {
   int world_size = 1;                      // ranks in all, 1..4096
-  int ranks_per_node = 0;                  // 0: all ranks on one node; else must divide world_size
+  int ranks_per_node = 0;                  // 0: any number per node; else must divide world_size
   std::string backend = "auto";            // auto (nccl when device is cuda, else gloo), gloo, nccl
   double bucket_size_mb = 25;              // gradient bucket size, MiB, (0, 1024]
   double first_bucket_size_mb = 1;         // the first (last-layer) bucket, MiB, (0, bucket_size_mb]

@@ -308,6 +308,7 @@ StatusOr<Job> Coordinator::Cancel(const std::string& id, bool checkpoint) {
   }
   if (!e->job.cancel_requested()) {
     e->job.set_cancel_requested(true);
+    e->job.set_cancel_checkpoint(checkpoint);
     if (ActiveAttempt(*e)) {
       // The ranks stop (after a checkpoint at a common step when asked); CANCELLED once they
       // have exited (CheckStopped).

@@ -151,6 +151,17 @@ void Coordinator::OnRankStatus(const std::string& worker, const trainyard::v1::R
     return;
   }
   if (s.exited() && !was_exited) return OnRankExit(*e, r);
+  if (e->job.cancel_requested() && !s.exited()) {
+    // Asked again each heartbeat: a cancel may have been lost with a stream (the worker
+    // ignores a repeat).
+    WorkerCommand c;
+    c.mutable_cancel()->set_job_id(s.job_id());
+    c.mutable_cancel()->set_attempt(s.attempt());
+    c.mutable_cancel()->set_checkpoint(e->job.cancel_checkpoint());
+    c.mutable_cancel()->set_reason("cancelled");
+    Send(worker, std::move(c));
+    return;
+  }
   MaybeRunning(*e);
 }
 

@@ -79,10 +79,11 @@ Status Rendezvous::Wait(const Scope& scope, const std::vector<std::string>& keys
       if (space->values.count(k) == 0) missing += (missing.empty() ? "" : ", ") + k;
     }
     if (missing.empty()) return OkStatus();
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (std::chrono::steady_clock::now() >= deadline) {
       return DeadlineExceededError("rendezvous keys not set within " +
                                    std::to_string(timeout.count()) + " ms: " + missing);
     }
+    cv_.wait_until(lock, deadline);  // then look again, whether woken or timed out
   }
 }
 
@@ -90,6 +91,10 @@ StatusOr<int64_t> Rendezvous::Add(const Scope& scope, const std::string& key, in
   RETURN_IF_ERROR(CheckSize(key, 0));
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Space * space, Find(scope));
+  if (space->values.size() >= kMaxKeys && space->values.count(key) == 0) {
+    return ResourceExhaustedError("rendezvous of job " + scope.job_id + " holds " +
+                                  std::to_string(kMaxKeys) + " keys, the most it may");
+  }
   std::string& v = space->values[key];
   int64_t n = 0;
   if (!v.empty()) {

@@ -466,6 +466,18 @@ TEST_F(CoordinatorTest, CancelOfARunningJobEndsOnceItsRanksExited) {
   EXPECT_EQ(job.restarts(), 0);
 }
 
+TEST_F(CoordinatorTest, ACancelIsSentAgainWhileItsRanksStillRun) {
+  const std::string id = StartJob();
+  ASSERT_TRUE(c().Cancel(id, /*checkpoint=*/true).ok());
+  Commands("a");  // taken, as by a stream that then broke
+  Heartbeat("a", {Rank(id, 1, 0)});
+  std::vector<WorkerCommand> again = Commands("a");
+  ASSERT_EQ(again.size(), 1u);
+  ASSERT_TRUE(again[0].has_cancel());
+  EXPECT_TRUE(again[0].cancel().checkpoint());
+  EXPECT_EQ(State(id), trainyard::v1::RUNNING);
+}
+
 TEST_F(CoordinatorTest, RestartedCoordinatorKeepsTheJobsAndTheirStates) {
   testing::TempDir dir;
   const std::string path = dir.File("jobs.db");
