@@ -72,16 +72,19 @@ bool Exited(Child& c) {
   return c.pid < 0;
 }
 
-// SIGTERM, then SIGKILL after `grace`.
-void StopChild(Child& c, std::chrono::milliseconds grace) {
-  if (Exited(c)) return;
-  ::kill(c.pid, SIGTERM);
+// SIGTERM to all at once, then SIGKILL to those still running after `grace`.
+void StopChildren(std::vector<Child*> children, std::chrono::milliseconds grace) {
+  for (Child* c : children) {
+    if (!Exited(*c)) ::kill(c->pid, SIGTERM);
+  }
   const auto deadline = SteadyClock::now() + grace;
-  while (!Exited(c) && SteadyClock::now() < deadline) std::this_thread::sleep_for(20ms);
-  if (!Exited(c)) {
-    ::kill(c.pid, SIGKILL);
-    ::waitpid(c.pid, nullptr, 0);
-    c.pid = -1;
+  for (Child* c : children) {
+    while (!Exited(*c) && SteadyClock::now() < deadline) std::this_thread::sleep_for(20ms);
+    if (!Exited(*c)) {
+      ::kill(c->pid, SIGKILL);
+      ::waitpid(c->pid, nullptr, 0);
+      c->pid = -1;
+    }
   }
 }
 
@@ -138,8 +141,10 @@ class Local {
  public:
   explicit Local(const Flags& f) : f_(f) {}
   ~Local() {
-    for (Child& w : workers_) StopChild(w, 15s);
-    StopChild(coordinator_, 5s);
+    std::vector<Child*> workers;
+    for (Child& w : workers_) workers.push_back(&w);
+    StopChildren(workers, 15s);  // their ranks first (the workers stop them)
+    StopChildren({&coordinator_}, 5s);
   }
 
   int Run() {
