@@ -22,10 +22,13 @@ bool Waiting(const trainyard::v1::RankStatus& s, int64_t timeout_ms) {
 std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ranks,
                                                  double hang_timeout_seconds) {
   const auto timeout_ms = static_cast<int64_t>(hang_timeout_seconds * 1000);
+  // A waiter must be clearly alive: a rank that stopped just now still looks like a waiter
+  // for a while (it was waiting when it stopped), and must not pass for one.
+  const int64_t fresh_ms = std::min<int64_t>(timeout_ms / 2, 10000);
   std::vector<int> waiters;
   int64_t seq = 0;
   for (const RankView& r : ranks) {
-    if (!r.reported || r.status.exited() || r.status.report_age_ms() >= timeout_ms) continue;
+    if (!r.reported || r.status.exited() || r.status.report_age_ms() >= fresh_ms) continue;
     if (Waiting(r.status, timeout_ms)) {
       waiters.push_back(r.placement.rank());
       seq = std::max(seq, r.status.collectives_done() + 1);
@@ -37,8 +40,11 @@ std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ra
     if (r.status.exited()) continue;
     const bool silent = !r.reported || r.status.report_age_ms() >= timeout_ms;
     const std::string& phase = r.status.phase();
-    const bool stuck = !silent && phase != "evaluate" && phase != "checkpoint" &&
-                       !Waiting(r.status, timeout_ms) && r.status.phase_age_ms() >= timeout_ms;
+    // Stuck: alive, in one phase for the timeout, and in no collective (a rank inside one is
+    // waiting too, if not yet for as long as the others).
+    const bool in_collective = r.status.collectives_issued() > r.status.collectives_done();
+    const bool stuck = !silent && phase != "evaluate" && phase != "checkpoint" && !in_collective &&
+                       r.status.phase_age_ms() >= timeout_ms;
     if (!silent && !stuck) continue;
     trainyard::v1::Diagnosis d;
     d.set_kind(trainyard::v1::Diagnosis::HANG);

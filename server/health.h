@@ -5,10 +5,12 @@
 // last one arrives, so a rank that stops (SIGSTOP, a deadlock, a dead disk) leaves the others
 // waiting in collective #n. The waiters still report (their reporting thread runs) and say how
 // long their oldest unfinished collective has waited. A rank is named hung when, while some
-// fresh rank has waited longer than the hang timeout, it is not waiting with them and either
-// its reports stopped for the timeout (a stopped process) or it stayed in one phase for the
-// timeout (a stuck loader, a deadlock). Evaluation and checkpointing are progress: only rank 0
-// evaluates while the others wait for it.
+// clearly alive rank (reported within half the timeout, at most 10 s) has waited longer than
+// the hang timeout, it is not waiting with them and either its reports stopped for the timeout
+// (a stopped process) or it stayed in one phase, outside any collective, for the timeout (a
+// stuck loader, a deadlock). A rank that stops while it waits itself looks like a waiter until
+// its reports are stale, so waiters must be fresh, not merely unexpired. Evaluation and
+// checkpointing are progress: only rank 0 evaluates while the others wait for it.
 #pragma once
 
 #include <deque>

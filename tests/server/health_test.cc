@@ -56,6 +56,23 @@ TEST(FindHangTest, NamesTheSilentRankWhileTheOthersWaitInACollective) {
             "41, while ranks 0, 2 wait in collective #8");
 }
 
+// A rank stopped while it waited itself (SIGSTOP in the middle of an all-reduce) looks like a
+// long waiter until its reports go stale; the live rank, newer in the same wait, is not hung.
+TEST(FindHangTest, ARankStoppedWhileWaitingIsNamedNotTheRankWaitingForIt) {
+  constexpr double kTimeout = 5;
+  // 3 s after the stop: rank 1 is half stale, rank 0 has waited 4 s of its 6 s in the phase.
+  std::vector<RankView> ranks = {Rank(0, "allreduce_wait", 300, 6000, 6, 5, 4000),
+                                 Rank(1, "allreduce_wait", 3000, 8000, 6, 5, 8000)};
+  EXPECT_FALSE(FindHang(ranks, kTimeout).has_value());
+  // 5 s after the stop: rank 0 has waited the timeout, rank 1 has said nothing for it.
+  ranks = {Rank(0, "allreduce_wait", 300, 8000, 6, 5, 6000),
+           Rank(1, "allreduce_wait", 5200, 10200, 6, 5, 10200)};
+  auto d = FindHang(ranks, kTimeout);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->rank(), 1);
+  EXPECT_EQ(d->collective_seq(), 6);
+}
+
 TEST(FindHangTest, NamesARankThatNeverReported) {
   RankView never;
   never.placement.set_rank(1);
