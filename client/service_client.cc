@@ -9,18 +9,6 @@ namespace trainyard::client {
 
 using namespace std::chrono_literals;
 
-ConnectOptions ConnectOptionsFromEnv() {
-  auto env = [](const char* name) {
-    const char* v = std::getenv(name);
-    return std::string(v ? v : "");
-  };
-  ConnectOptions o;
-  if (!env("TRAINYARD_COORDINATOR").empty()) o.coordinator = env("TRAINYARD_COORDINATOR");
-  o.token = env("TRAINYARD_TOKEN");
-  o.channel.tls = {env("TRAINYARD_CA_CERT"), env("TRAINYARD_CERT"), env("TRAINYARD_KEY")};
-  return o;
-}
-
 StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Connect(const ConnectOptions& options) {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                    rpc::MakeChannel(options.coordinator, options.channel));

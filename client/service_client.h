@@ -17,16 +17,9 @@ namespace trainyard::client {
 
 namespace v1 = ::trainyard::v1;
 
-struct ConnectOptions {
-  std::string coordinator = "127.0.0.1:7600";  // host:port
-  std::string token;                           // bearer token; "" sends none
-  rpc::ChannelOptions channel;                 // TLS files, the plaintext policy
-  std::chrono::milliseconds deadline{30000};   // of each unary call
+struct ConnectOptions : rpc::CallerOptions {  // where and how, and:
+  std::chrono::milliseconds deadline{30000};    // of each unary call
 };
-
-// ConnectOptions from the environment: TRAINYARD_COORDINATOR, TRAINYARD_TOKEN,
-// TRAINYARD_CA_CERT, TRAINYARD_CERT, TRAINYARD_KEY (flags override them).
-ConnectOptions ConnectOptionsFromEnv();
 
 class ServiceClient {
  public:

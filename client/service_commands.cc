@@ -221,26 +221,13 @@ int CommandError(const std::string& message, int code) {
 int CodeFor(const Status& s) { return s.code() == StatusCode::kInvalidArgument ? 2 : 1; }
 
 void AddConnectFlags(Flags& f) {
-  f.Value("coordinator", "", "host:port of the coordinator (default $TRAINYARD_COORDINATOR or 127.0.0.1:7600)")
-      .Value("token", "", "bearer token (default $TRAINYARD_TOKEN)")
-      .Value("ca-cert", "", "PEM CA of the coordinator's certificate: TLS (default $TRAINYARD_CA_CERT)")
-      .Value("cert", "", "PEM client certificate (default $TRAINYARD_CERT)")
-      .Value("key", "", "PEM key of --cert (default $TRAINYARD_KEY)")
-      .Value("tls-server-name", "", "name to check in the coordinator's certificate")
-      .Switch("insecure", "allow plaintext to a non-loopback coordinator")
-      .Value("output", "text", "text or json")
-      .Alias("-o", "output");
+  rpc::AddCallerFlags(f);
+  f.Value("output", "text", "text or json").Alias("-o", "output");
 }
 
 ConnectOptions ReadConnectFlags(const Flags& f) {
-  ConnectOptions o = ConnectOptionsFromEnv();
-  if (!f.Get("coordinator").empty()) o.coordinator = f.Get("coordinator");
-  if (!f.Get("token").empty()) o.token = f.Get("token");
-  if (!f.Get("ca-cert").empty()) o.channel.tls.ca = f.Get("ca-cert");
-  if (!f.Get("cert").empty()) o.channel.tls.cert = f.Get("cert");
-  if (!f.Get("key").empty()) o.channel.tls.key = f.Get("key");
-  o.channel.tls_server_name = f.Get("tls-server-name");
-  o.channel.plaintext_remote = f.On("insecure");
+  ConnectOptions o;
+  static_cast<rpc::CallerOptions&>(o) = rpc::ReadCallerFlags(f);
   return o;
 }
 

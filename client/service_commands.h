@@ -15,8 +15,7 @@ namespace trainyard::client {
 int RunServiceCommand(const std::string& command, const std::vector<std::string>& args);
 int RunLocalCommand(const std::vector<std::string>& args);
 
-// Declares --coordinator, --token, --ca-cert, --cert, --key, --tls-server-name, --insecure
-// and -o/--output; and reads them (over ConnectOptionsFromEnv()).
+// Declares rpc::AddCallerFlags's flags and -o/--output; and reads them.
 void AddConnectFlags(Flags& f);
 ConnectOptions ReadConnectFlags(const Flags& f);
 

@@ -1,6 +1,7 @@
 #include "proto/rpc.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -69,6 +70,32 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
     creds = grpc::InsecureChannelCredentials();
   }
   return grpc::CreateCustomChannel(address, creds, args);
+}
+
+void AddCallerFlags(Flags& f) {
+  f.Value("coordinator", "", "host:port of the coordinator (default $TRAINYARD_COORDINATOR or 127.0.0.1:7600)")
+      .Value("token", "", "bearer token (default $TRAINYARD_TOKEN)")
+      .Value("ca-cert", "", "PEM CA of the coordinator's certificate: TLS (default $TRAINYARD_CA_CERT)")
+      .Value("cert", "", "PEM client certificate, for mutual TLS (default $TRAINYARD_CERT)")
+      .Value("key", "", "PEM key of --cert (default $TRAINYARD_KEY)")
+      .Value("tls-server-name", "", "name to check in the coordinator's certificate")
+      .Switch("insecure", "allow plaintext to a non-loopback coordinator");
+}
+
+CallerOptions ReadCallerFlags(const Flags& f) {
+  auto get = [&](const char* flag, const char* env) {
+    if (!f.Get(flag).empty()) return f.Get(flag);
+    const char* v = std::getenv(env);
+    return std::string(v ? v : "");
+  };
+  CallerOptions o;
+  if (std::string c = get("coordinator", "TRAINYARD_COORDINATOR"); !c.empty()) o.coordinator = c;
+  o.token = get("token", "TRAINYARD_TOKEN");
+  o.channel.tls = {get("ca-cert", "TRAINYARD_CA_CERT"), get("cert", "TRAINYARD_CERT"),
+                   get("key", "TRAINYARD_KEY")};
+  o.channel.tls_server_name = f.Get("tls-server-name");
+  o.channel.plaintext_remote = f.On("insecure");
+  return o;
 }
 
 void AddToken(grpc::ClientContext* ctx, const std::string& token) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "common/flags.h"
 #include "common/status.h"
 
 namespace trainyard::rpc {
@@ -39,6 +40,19 @@ struct ChannelOptions {
 // A channel to `address` ("host:port"); InvalidArgument when the policy refuses it.
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                      const ChannelOptions& options);
+
+// Where and how a process calls the coordinator: the CLI and the worker daemon alike.
+struct CallerOptions {
+  std::string coordinator = "127.0.0.1:7600";  // host:port
+  std::string token;                           // bearer token; "" sends none
+  ChannelOptions channel;
+};
+
+// Declares --coordinator, --token, --ca-cert, --cert, --key, --tls-server-name and --insecure;
+// ReadCallerFlags reads them, each unset one from TRAINYARD_COORDINATOR, TRAINYARD_TOKEN,
+// TRAINYARD_CA_CERT, TRAINYARD_CERT or TRAINYARD_KEY.
+void AddCallerFlags(Flags& f);
+CallerOptions ReadCallerFlags(const Flags& f);
 
 // Adds "authorization: Bearer <token>" when token is not empty.
 void AddToken(grpc::ClientContext* ctx, const std::string& token);

@@ -36,29 +36,21 @@ int main(int argc, char** argv) {
   if (!args.empty() && args[0] == "rank") return daemon::RunRank();
 
   Flags f("usage: trainyard-worker [flags]\n\nRuns the ranks the coordinator assigns to this node.\n\nflags:");
-  f.Value("coordinator", "", "host:port of trainyard-coordinator (default $TRAINYARD_COORDINATOR or 127.0.0.1:7600)")
-      .Value("name", "", "this worker's name, unique and stable (default: the host name)")
+  rpc::AddCallerFlags(f);
+  f.Value("name", "", "this worker's name, unique and stable (default: the host name)")
       .Value("host", "", "address other nodes reach this one at (default: 127.0.0.1 for a loopback coordinator, else the host name)")
       .Value("cpu-slots", "1", "ranks this worker runs at once on CPUs")
       .Value("threads-per-rank", "0", "kernel threads of each rank (0: cores / cpu-slots)")
       .Value("metrics-listen", "127.0.0.1:9601", "Prometheus /metrics address (port 0 picks one)")
       .Value("work-dir", "trainyard-worker", "where rank specs are written")
       .Value("grace", "10", "seconds a stopping rank gets between SIGTERM and SIGKILL")
-      .Value("token", "", "bearer token (default $TRAINYARD_TOKEN)")
-      .Value("ca-cert", "", "PEM CA of the coordinator's certificate: TLS (default $TRAINYARD_CA_CERT)")
-      .Value("cert", "", "PEM client certificate for mutual TLS (default $TRAINYARD_CERT)")
-      .Value("key", "", "PEM key of --cert (default $TRAINYARD_KEY)")
-      .Value("tls-server-name", "", "name to check in the coordinator's certificate")
-      .Switch("insecure", "allow plaintext to a non-loopback coordinator")
       .Value("ready-file", "", "write the metrics address here once registered");
   if (std::optional<int> code = f.ParseOrExit(args, "trainyard-worker", 0)) return *code;
-  auto env_or = [&](const char* flag, const char* env, const char* fallback) {
-    if (!f.Get(flag).empty()) return f.Get(flag);
-    const char* v = std::getenv(env);
-    return std::string(v ? v : fallback);
-  };
+  const rpc::CallerOptions caller = rpc::ReadCallerFlags(f);
   daemon::DaemonOptions o;
-  o.coordinator = env_or("coordinator", "TRAINYARD_COORDINATOR", "127.0.0.1:7600");
+  o.coordinator = caller.coordinator;
+  o.token = caller.token;
+  o.channel = caller.channel;
   o.name = f.Get("name").empty() ? HostName() : f.Get("name");
   o.host = !f.Get("host").empty() ? f.Get("host")
            : rpc::IsLoopback(o.coordinator) ? "127.0.0.1"
@@ -74,11 +66,6 @@ int main(int argc, char** argv) {
   o.grace = std::chrono::milliseconds(std::llround(*grace * 1000));
   o.metrics_listen = f.Get("metrics-listen");
   o.work_dir = f.Get("work-dir");
-  o.token = env_or("token", "TRAINYARD_TOKEN", "");
-  o.channel.tls = {env_or("ca-cert", "TRAINYARD_CA_CERT", ""), env_or("cert", "TRAINYARD_CERT", ""),
-                   env_or("key", "TRAINYARD_KEY", "")};
-  o.channel.tls_server_name = f.Get("tls-server-name");
-  o.channel.plaintext_remote = f.On("insecure");
   o.ready_file = f.Get("ready-file");
   ScopedStopSignals signals(OnSignal);
   return daemon::RunDaemon(o, &g_stop);
