@@ -45,10 +45,11 @@ void Describe(const v1::Job& j) {
               j.restarts(), j.max_restarts(), j.cancel_requested() ? ", cancel requested" : "");
   const auto& m = j.last_step();
   if (m.step() > 0) {
-    std::printf("progress   step %lld/%lld, loss %s, %s samples/s, ETA %s\n",
+    std::printf("progress   step %lld/%lld, loss %s, %s samples/s, ETA %s, rank 0 at %s MiB\n",
                 static_cast<long long>(m.step()), static_cast<long long>(m.total_steps()),
                 Fixed(m.loss(), 4).c_str(), Fixed(m.samples_per_second(), 0).c_str(),
-                FormatDuration(m.eta_seconds()).c_str());
+                FormatDuration(m.eta_seconds()).c_str(),
+                Fixed(static_cast<double>(m.memory_bytes()) / (1 << 20), 0).c_str());
     std::printf("step time  data %s, forward %s, backward %s, all-reduce wait %s, optimizer %s ms\n",
                 Fixed(1e3 * m.data_seconds(), 1).c_str(), Fixed(1e3 * m.forward_seconds(), 1).c_str(),
                 Fixed(1e3 * m.backward_seconds(), 1).c_str(),

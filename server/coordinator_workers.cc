@@ -224,6 +224,7 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
     }
     e->last_step_at = now;
     m.set_eta_seconds(e->step_seconds * static_cast<double>(m.total_steps() - m.step()));
+    m.set_memory_bytes(it->second.status.memory_bytes());  // from its worker's last heartbeat
     m.set_time_ms(NowMs());
     *e->job.mutable_last_step() = m;
     *event.mutable_step() = m;
