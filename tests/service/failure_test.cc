@@ -2,6 +2,9 @@
 // SIGKILL, a rank stopped with SIGSTOP, the coordinator killed and restarted.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "tests/testing/cluster.h"
 #include "tests/testing/temp_dir.h"
 
@@ -124,6 +127,53 @@ TEST(FailureTest, StoppedRankIsNamedHungAndTheAttemptRestarted) {
   EXPECT_EQ(::kill(ranks[0], 0), -1);  // gone
   ASSERT_TRUE(cluster.client().Cancel(job->id(), false).ok());
   EXPECT_TRUE(watch.WaitForState(v1::CANCELLED, 30s)) << watch.Describe();
+}
+
+// A rank throttled from outside (stopped 30 ms of every 40) computes about four times longer
+// per step than its peer, which waits for it in the all-reduce instead: it is flagged, and
+// cleared once it runs freely again.
+TEST(FailureTest, AThrottledRankIsFlaggedAsAStragglerAndClearedAfterwards) {
+  TempDir dir;
+  Cluster cluster(dir.path(), {});
+  std::string error;
+  ASSERT_TRUE(cluster.Start(&error)) << error;
+  auto job = cluster.client().Submit(
+      R"({"name":"slow","model":{"mlp":{"sizes":[784,1024,1024,10]}},"data":{"fashion_mnist":{"limit":12800},"num_workers":0},)"
+      R"("optimizer":{"sgd":{}},"batch_size":128,"steps":1000000,"parallelism":{"world_size":2},)"
+      R"("fault_tolerance":{"straggler_factor":2,"straggler_window_steps":10}})");
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  JobWatch watch(cluster.client(), job->id());
+  ASSERT_TRUE(StepReached(watch, 5, 120s)) << watch.Describe() << cluster.Logs();
+  std::vector<pid_t> ranks = cluster.RankPids(1);
+  ASSERT_EQ(ranks.size(), 1u);
+  auto diagnosed = [&](v1::Diagnosis::Kind kind) {
+    return [kind](const v1::JobEvent& e) { return e.has_diagnosis() && e.diagnosis().kind() == kind; };
+  };
+  std::atomic<bool> throttle{true};
+  std::thread throttler([&] {
+    while (throttle) {
+      ::kill(ranks[0], SIGSTOP);
+      std::this_thread::sleep_for(30ms);
+      ::kill(ranks[0], SIGCONT);
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  const bool flagged = watch.Wait(diagnosed(v1::Diagnosis::STRAGGLER), 60s);
+  auto during = cluster.client().GetJob(job->id());
+  throttle = false;
+  throttler.join();
+  ASSERT_TRUE(flagged) << watch.Describe() << cluster.Logs();
+  ASSERT_TRUE(during.ok());
+  v1::Diagnosis d;
+  for (const auto& e : watch.events()) {
+    if (e.has_diagnosis()) d = e.diagnosis();
+  }
+  EXPECT_EQ(d.worker(), "w1");
+  EXPECT_NE(d.message().find("is a straggler"), std::string::npos) << d.message();
+  EXPECT_EQ(during->stragglers_size(), 1);
+  EXPECT_TRUE(watch.Wait(diagnosed(v1::Diagnosis::STRAGGLER_CLEARED), 60s)) << watch.Describe();
+  ASSERT_TRUE(cluster.client().Cancel(job->id(), false).ok());
+  EXPECT_TRUE(watch.WaitForState(v1::CANCELLED, 30s));
 }
 
 TEST(FailureTest, RestartedCoordinatorKeepsItsJobsAndTheRunningJobCompletes) {
