@@ -1,5 +1,7 @@
 #include "proto/rpc.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -35,7 +37,9 @@ bool IsLoopback(const std::string& address) {
   } else if (std::count(host.begin(), host.end(), ':') == 1) {
     host = host.substr(0, host.find(':'));
   }
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  return host == "localhost" || host == "::1";
 }
 
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,

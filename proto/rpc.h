@@ -28,7 +28,7 @@ struct TlsFiles {
 // The whole file, or InvalidArgument naming `what` and the path.
 StatusOr<std::string> ReadPem(const std::string& path, const std::string& what);
 
-// True for 127.0.0.0/8, ::1 and "localhost" (with or without a port).
+// True for an address in 127.0.0.0/8, ::1 and "localhost" (with or without a port).
 bool IsLoopback(const std::string& address);
 
 struct ChannelOptions {

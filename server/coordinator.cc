@@ -380,11 +380,10 @@ void Coordinator::StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacemen
   a->set_started_ms(NowMs());
   a->set_secret(RandomHex(32));
   e.ranks.clear();
-  std::map<std::string, trainyard::v1::Assignment> by_worker;
+  std::map<std::string, int> by_worker;  // ranks on each
   for (auto& p : ranks) {
     e.ranks[p.rank()].placement = p;
-    trainyard::v1::Assignment& as = by_worker[p.worker()];
-    *as.add_ranks() = p;
+    ++by_worker[p.worker()];
     *a->add_ranks() = std::move(p);
   }
   e.attempt_started = clock_->Now();
@@ -400,16 +399,22 @@ void Coordinator::StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacemen
                    "attempt " + std::to_string(a->number()) + " on " +
                        std::to_string(by_worker.size()) + " worker" +
                        (by_worker.size() == 1 ? "" : "s"));
-  for (auto& [worker, as] : by_worker) {
-    as.set_job_id(e.job.id());
-    as.set_attempt(a->number());
-    as.set_secret(a->secret());
-    as.set_spec_json(e.job.spec_json());
-    as.set_world_size(e.spec.parallelism.world_size);
-    WorkerCommand c;
-    *c.mutable_assign() = std::move(as);
-    Send(worker, std::move(c));
+  for (const auto& [worker, unused] : by_worker) ResendAssignment(e, worker);
+}
+
+void Coordinator::ResendAssignment(Entry& e, const std::string& worker) {
+  const trainyard::v1::Attempt& a = e.job.attempts(e.job.attempts_size() - 1);
+  WorkerCommand c;
+  trainyard::v1::Assignment& as = *c.mutable_assign();
+  as.set_job_id(e.job.id());
+  as.set_attempt(a.number());
+  as.set_secret(a.secret());
+  as.set_spec_json(e.job.spec_json());
+  as.set_world_size(e.spec.parallelism.world_size);
+  for (const auto& p : a.ranks()) {
+    if (p.worker() == worker) *as.add_ranks() = p;
   }
+  Send(worker, std::move(c));
 }
 
 void Coordinator::Send(const std::string& worker, WorkerCommand command) {

@@ -163,6 +163,8 @@ class Coordinator {
   Status Transition(Entry& e, trainyard::v1::JobState to, const std::string& reason);
   bool ActiveAttempt(const Entry& e) const;  // SCHEDULED or RUNNING
   void StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacement> ranks);
+  // Queues the current attempt's assignment of `worker`'s ranks (a repeat starts nothing).
+  void ResendAssignment(Entry& e, const std::string& worker);
   // Ends the current attempt: stops its ranks and restarts the job or fails it.
   void AbortAttempt(Entry& e, const std::string& reason, bool restartable = true);
   void EndAttempt(Entry& e, const std::string& reason);

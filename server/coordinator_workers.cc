@@ -79,6 +79,11 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     for (auto& [rank, r] : e.ranks) {
       if (r.placement.worker() != req.name() || r.status.exited()) continue;
       if (reported.count({id, attempt, rank})) continue;
+      if (e.job.state() == trainyard::v1::SCHEDULED && !r.reported) {
+        // Never started: the assignment was lost with a stream; send it again.
+        ResendAssignment(e, req.name());
+        break;
+      }
       // Exited before the abort: no worker will report its exit, and its slot is free.
       r.status.set_exited(true);
       if (ActiveAttempt(e)) {
@@ -147,7 +152,9 @@ void Coordinator::OnRankStatus(const std::string& worker, const trainyard::v1::R
   r.reported = true;
   r.received = clock_->Now();
   if (!ActiveAttempt(*e)) {
-    if (e->stopping) stale();  // asked again: the abort may have been lost with a stream
+    // Asked again each heartbeat while it runs: the abort may have been lost with a stream or
+    // a re-registration, or the worker was away when the attempt ended.
+    stale();
     return;
   }
   if (s.exited() && !was_exited) return OnRankExit(*e, r);
@@ -187,7 +194,11 @@ void Coordinator::OnRankExit(Entry& e, RankRuntime& r) {
   }
   if (e.job.cancel_requested()) return;  // stopping as asked; CheckStopped ends it
   std::string reason = RankName(r.placement) + " exited with code " + std::to_string(code);
-  if (code > 128) reason = RankName(r.placement) + " was killed by signal " + std::to_string(code - 128);
+  if (code == 143) {
+    reason = RankName(r.placement) + " stopped on SIGTERM (its worker is stopping?)";
+  } else if (code > 128) {
+    reason = RankName(r.placement) + " was killed by signal " + std::to_string(code - 128);
+  }
   if (!r.status.error().empty()) reason += ": " + r.status.error();
   // Exit code 2: the rank rejected the job itself (a bad spec, missing data): no restart helps.
   AbortAttempt(e, reason, /*restartable=*/code != 2);
@@ -248,8 +259,13 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
 
 void Coordinator::CheckStopped(Entry& e) {
   if (!e.stopping) return;
+  // A rank on a lost worker is gone; one on a worker not heard from since this coordinator
+  // started may still run until that worker had the heartbeat timeout to come back.
+  const bool settled = clock_->Now() - started_ >= options_.heartbeat_timeout;
   const bool done = std::all_of(e.ranks.begin(), e.ranks.end(), [&](const auto& kv) {
-    return kv.second.status.exited() || !registry_.IsAlive(kv.second.placement.worker());
+    const std::string& w = kv.second.placement.worker();
+    return kv.second.status.exited() ||
+           (!registry_.IsAlive(w) && (registry_.Find(w) != nullptr || settled));
   });
   if (!done && clock_->Now() < e.stop_deadline) return;
   e.stopping = false;

@@ -27,8 +27,14 @@ bool HasToken(const grpc::ServerContext* ctx, const AuthPolicy& auth) {
 }
 
 grpc::Status CheckClient(const grpc::ServerContext* ctx, const AuthPolicy& auth) {
-  if (auth.tokens.empty() || HasToken(ctx, auth) || HasClientCertificate(ctx)) {
+  // Under mutual TLS without tokens a client must present a certificate: the CA is then the
+  // only credential there is.
+  if ((auth.tokens.empty() && !auth.mtls) || HasToken(ctx, auth) || HasClientCertificate(ctx)) {
     return grpc::Status::OK;
+  }
+  if (auth.tokens.empty()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "this coordinator requires a client certificate (--cert and --key)");
   }
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       "missing or unknown bearer token: pass --token or set TRAINYARD_TOKEN");

@@ -52,7 +52,9 @@ class SqliteJobStore final : public JobStore {
       (void)Exec("ROLLBACK");
       return s;
     }
-    return Exec("COMMIT");
+    Status committed = Exec("COMMIT");
+    if (!committed.ok() && !sqlite3_get_autocommit(db_)) (void)Exec("ROLLBACK");
+    return committed;
   }
 
   StatusOr<std::vector<v1::Job>> LoadJobs() override {

@@ -93,6 +93,27 @@ TEST(SecurityTest, ClientCallsWithoutAValidTokenAreUnauthenticated) {
   EXPECT_FALSE((*c)->ListJobs({}).ok());
 }
 
+TEST(SecurityTest, UnderMutualTlsWithoutTokensClientsNeedACertificate) {
+  TempDir dir;
+  MakeCertificates(dir.path());
+  ClusterOptions o = Secure(dir.path(), true);
+  o.coordinator_flags.resize(6);  // no --tokens-file
+  o.workers = 0;
+  o.connect.token = "";
+  Cluster cluster(dir.path(), o);
+  std::string error;
+  ASSERT_TRUE(cluster.StartCoordinator(&error)) << error;
+  auto listed = cluster.client().ListJobs({});
+  EXPECT_EQ(listed.status().code(), static_cast<StatusCode>(16)) << listed.status().message();
+  EXPECT_NE(listed.status().message().find("client certificate"), std::string::npos);
+  client::ConnectOptions with;
+  with.coordinator = cluster.address();
+  with.channel.tls = {dir.File("ca.pem"), dir.File("worker.pem"), dir.File("worker.key")};
+  auto c = client::ServiceClient::Connect(with);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->ListJobs({}).ok());
+}
+
 TEST(SecurityTest, WorkerWithoutAClientCertificateIsRefusedUnderMutualTls) {
   TempDir dir;
   MakeCertificates(dir.path());
