@@ -100,7 +100,7 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 
 Status Coordinator::Heartbeat(const trainyard::v1::WorkerHeartbeat& hb) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!registry_.Heartbeat(hb.name())) {
+  if (!registry_.Heartbeat(hb.name(), hb.draining())) {
     return NotFoundError("worker " + hb.name() + " is not registered (or was declared lost); "
                          "register again");
   }
@@ -373,6 +373,7 @@ std::vector<WorkerCapacity> Coordinator::FreeCapacity(bool gpu) const {
   }
   std::vector<WorkerCapacity> out;
   for (const WorkerRegistry::Entry* w : registry_.Alive()) {
+    if (w->draining) continue;
     WorkerCapacity c{w->info.name(), w->info.host(), {},
                      gpu ? w->info.gpus_size() : w->info.cpu_slots()};
     for (int s = 0; s < c.total_slots; ++s) {

@@ -9,13 +9,15 @@ int64_t WorkerRegistry::Register(const trainyard::v1::WorkerInfo& info) {
   e.last_heartbeat = clock_->Now();
   e.alive = true;
   e.incarnation = next_incarnation_++;
+  e.draining = false;
   return e.incarnation;
 }
 
-bool WorkerRegistry::Heartbeat(const std::string& name) {
+bool WorkerRegistry::Heartbeat(const std::string& name, bool draining) {
   auto it = workers_.find(name);
   if (it == workers_.end() || !it->second.alive) return false;
   it->second.last_heartbeat = clock_->Now();
+  it->second.draining = it->second.draining || draining;
   return true;
 }
 

@@ -21,6 +21,7 @@ class WorkerRegistry {
     Clock::TimePoint last_heartbeat{};
     bool alive = false;
     int64_t incarnation = 0;  // bumped by every registration (a restarted daemon is a new one)
+    bool draining = false;    // stopping: no new ranks (until it registers again)
   };
 
   WorkerRegistry(const Clock* clock, std::chrono::milliseconds timeout)
@@ -29,7 +30,7 @@ class WorkerRegistry {
   // Adds or replaces the worker `info.name()`; it is alive from now. Returns its incarnation.
   int64_t Register(const trainyard::v1::WorkerInfo& info);
   // False when `name` is not registered (it must register again).
-  bool Heartbeat(const std::string& name);
+  bool Heartbeat(const std::string& name, bool draining = false);
   // Marks workers without a heartbeat for `timeout` dead and returns their names, once each.
   std::vector<std::string> Expire();
 

@@ -80,6 +80,33 @@ TEST(FailureTest, KilledWorkerRestartsTheJobFromItsLatestCheckpoint) {
   EXPECT_LT(resumed, 1500);
 }
 
+TEST(FailureTest, AWorkerStoppedWithSigtermTakesNoNewRanksAndTheJobWaitsForCapacity) {
+  TempDir dir;
+  Cluster cluster(dir.path(), {});
+  std::string error;
+  ASSERT_TRUE(cluster.Start(&error)) << error;
+  auto job = cluster.client().Submit(Spec("drained", 100000, 100000));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  JobWatch watch(cluster.client(), job->id());
+  ASSERT_TRUE(StepReached(watch, 20, 120s)) << watch.Describe() << cluster.Logs();
+  cluster.worker(1).Kill(SIGTERM);  // waits for the daemon to exit (at most 20 s)
+  // The ranks agreed to stop and checkpointed; the coordinator heard it before the daemon left.
+  ASSERT_TRUE(watch.WaitForState(v1::RESTARTING, 5s)) << watch.Describe() << cluster.Logs();
+  std::string reason;
+  for (const auto& e : watch.events()) {
+    if (e.has_state() && e.state().to() == v1::RESTARTING) reason = e.state().reason();
+  }
+  EXPECT_NE(reason.find("stopped on SIGTERM"), std::string::npos) << reason;
+  auto j = cluster.client().GetJob(job->id());
+  ASSERT_TRUE(j.ok());
+  EXPECT_FALSE(j->checkpoint().empty());
+  // The stopping worker took no new ranks: the job waits for capacity.
+  EXPECT_EQ(j->attempts_size(), 1) << j->DebugString();
+  EXPECT_EQ(j->state(), v1::RESTARTING);
+  ASSERT_TRUE(cluster.client().Cancel(job->id(), false).ok());
+  EXPECT_TRUE(watch.WaitForState(v1::CANCELLED, 30s)) << watch.Describe();
+}
+
 TEST(FailureTest, StoppedRankIsNamedHungAndTheAttemptRestarted) {
   TempDir dir;
   Cluster cluster(dir.path(), {});

@@ -4,6 +4,7 @@
 #include <prometheus/registry.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
@@ -139,9 +140,16 @@ class Daemon {
         std::lock_guard<std::mutex> lock(commands_mu_);
         commands.swap(commands_);
       }
-      for (const v1::WorkerCommand& c : commands) Apply(ranks, c);
+      for (const v1::WorkerCommand& c : commands) {
+        if (stopping && c.has_assign()) {
+          TY_LOG(WARNING) << "stopping: not starting ranks of " << c.assign().job_id();
+          continue;
+        }
+        Apply(ranks, c);
+      }
       if (stop_->load() && !stopping) {
         stopping = true;
+        stopping_ = true;
         ranks.StopAll(/*checkpoint=*/true);
       }
       ranks.Poll(100ms);
@@ -183,10 +191,17 @@ class Daemon {
         std::lock_guard<std::mutex> mlock(metrics_mu_);
         it = exit_marks_.emplace(key, std::make_pair(metrics_enqueued_, now)).first;
       }
-      if (sent < it->second.first && now - it->second.second < 3s) {
+      if (sent < it->second.first && now - it->second.second < 3s && !stopping_) {
         s.set_exited(false);
         s.set_report_age_ms(0);
       }
+    }
+    // Forget the marks of ranks the supervisor forgot.
+    for (auto it = exit_marks_.begin(); it != exit_marks_.end();) {
+      const bool known = std::any_of(statuses.begin(), statuses.end(), [&](const v1::RankStatus& s) {
+        return std::make_tuple(s.job_id(), s.attempt(), s.rank()) == it->first;
+      });
+      it = known ? std::next(it) : exit_marks_.erase(it);
     }
     metrics_->OnStatuses(statuses);
     statuses_ = std::move(statuses);
@@ -254,6 +269,7 @@ class Daemon {
     auto beat = [&] {
       v1::WorkerHeartbeat hb;
       hb.set_name(o_.name);
+      hb.set_draining(stopping_.load());
       for (const v1::RankStatus& s : Statuses()) *hb.add_ranks() = s;
       hb.set_sent_unix_us(std::chrono::duration_cast<std::chrono::microseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
@@ -270,7 +286,16 @@ class Daemon {
       broken = true;
     });
     auto next = SteadyClock::now() + interval_;
-    while (!broken && !supervisor_done_) {
+    bool announced_drain = false;
+    while (!broken) {
+      if (stopping_ && !announced_drain) {
+        announced_drain = true;
+        next = SteadyClock::now();  // say at once that this worker takes no new ranks
+      }
+      if (supervisor_done_) {
+        beat();  // the last word: every rank's exit
+        break;
+      }
       if (SteadyClock::now() >= next) {
         if (!beat()) break;
         next += interval_;
@@ -288,8 +313,14 @@ class Daemon {
   }
 
   // ---- The metrics thread: one ReportMetrics stream while there is something to send ----
+  // Until done_, and then until what was queued before is sent (or a write fails).
   void SendMetrics() {
-    while (!done_) {
+    bool failed_after_done = false;
+    auto more = [&] {
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      return !done_ || (!metrics_queue_.empty() && !failed_after_done);
+    };
+    while (more()) {
       {
         std::unique_lock<std::mutex> lock(metrics_mu_);
         metrics_cv_.wait_for(lock, 500ms, [&] { return done_ || !metrics_queue_.empty(); });
@@ -300,7 +331,7 @@ class Daemon {
       v1::ReportMetricsResponse resp;
       auto writer = stub_->ReportMetrics(&ctx, &resp);
       auto idle_since = SteadyClock::now();
-      while (!done_ && SteadyClock::now() - idle_since < 10s) {
+      while (more() && SteadyClock::now() - idle_since < 10s) {
         std::deque<v1::MetricsReport> batch;
         {
           std::unique_lock<std::mutex> lock(metrics_mu_);
@@ -313,7 +344,10 @@ class Daemon {
         for (const v1::MetricsReport& r : batch) ok = ok && writer->Write(r);
         std::lock_guard<std::mutex> lock(metrics_mu_);
         metrics_sent_ += static_cast<int64_t>(batch.size());  // sent or lost: not retried
-        if (!ok) break;
+        if (!ok) {
+          failed_after_done = done_;
+          break;
+        }
       }
       writer->WritesDone();
       writer->Finish();
@@ -332,6 +366,7 @@ class Daemon {
   bool ready_written_ = false;
   std::atomic<bool> done_{false};
   std::atomic<bool> supervisor_done_{false};
+  std::atomic<bool> stopping_{false};  // SIGTERM: the ranks are being stopped
 
   std::mutex commands_mu_;
   std::condition_variable commands_cv_;

@@ -117,15 +117,25 @@ Status RankSupervisor::Spawn(const trainyard::v1::Assignment& a,
   std::vector<std::string> argv = {options_.program, "rank"};
   std::vector<char*> argv_p = Pointers(argv), env_p = Pointers(env);
   const pid_t parent = ::getpid();
+  const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   const pid_t pid = ::fork();
-  if (pid < 0) return ErrnoStatus("starting a rank (fork)");
+  if (pid < 0) {
+    Status failed = ErrnoStatus("starting a rank (fork)");
+    for (int fd : {report[0], report[1], err[0], err[1], devnull}) {
+      if (fd >= 0) ::close(fd);
+    }
+    return failed;
+  }
   if (pid == 0) {  // only async-signal-safe calls from here
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
-    ::dup2(report[1], kChildReportFd);  // dup2 clears O_CLOEXEC on the copy
+    if (report[1] == kChildReportFd) {
+      ::fcntl(kChildReportFd, F_SETFD, 0);  // dup2 onto itself would keep O_CLOEXEC
+    } else {
+      ::dup2(report[1], kChildReportFd);  // dup2 clears O_CLOEXEC on the copy
+    }
     ::dup2(err[1], STDERR_FILENO);
-    const int devnull = ::open("/dev/null", O_WRONLY);
     if (devnull >= 0) ::dup2(devnull, STDOUT_FILENO);
     ::execve(argv_p[0], argv_p.data(), env_p.data());
     const char msg[] = "trainyard-worker: cannot run the rank program\n";
@@ -134,6 +144,7 @@ Status RankSupervisor::Spawn(const trainyard::v1::Assignment& a,
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // as the child does: the group exists before Stop can signal it
+  if (devnull >= 0) ::close(devnull);
   ::close(report[1]);
   ::close(err[1]);
   Rank& r = ranks_[{a.job_id(), a.attempt(), p.rank()}];

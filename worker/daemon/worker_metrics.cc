@@ -1,5 +1,7 @@
 #include "worker/daemon/worker_metrics.h"
 
+#include <algorithm>
+
 namespace trainyard::daemon {
 namespace {
 
@@ -77,6 +79,12 @@ void WorkerMetrics::OnStatuses(const std::vector<trainyard::v1::RankStatus>& ran
     }
   }
   exported_ = std::move(now);
+  for (auto it = counted_exits_.begin(); it != counted_exits_.end();) {
+    const bool known = std::any_of(ranks.begin(), ranks.end(), [&](const auto& s) {
+      return std::make_tuple(s.job_id(), s.attempt(), s.rank()) == it->first;
+    });
+    it = known ? std::next(it) : counted_exits_.erase(it);
+  }
   int running = 0;
   for (const auto& s : ranks) {
     if (!s.exited()) {
