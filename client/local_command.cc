@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -127,16 +128,6 @@ std::string BinDir() {
   return self.substr(0, self.rfind('/'));
 }
 
-Status MakeDirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    if (::mkdir(path.substr(0, i).c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoStatus("creating " + path.substr(0, i));
-    }
-  }
-  return OkStatus();
-}
-
 class Local {
  public:
   explicit Local(const Flags& f) : f_(f) {}
@@ -162,7 +153,9 @@ class Local {
     }
 
     const std::string state = f_.Get("state-dir");
-    if (Status s = MakeDirs(state + "/logs"); !s.ok()) return CommandError(std::string(s.message()), 1);
+    std::error_code ec;
+    std::filesystem::create_directories(state + "/logs", ec);
+    if (ec) return CommandError("creating " + state + "/logs: " + ec.message(), 1);
     Status started = StartDaemons(state, static_cast<int>(*workers), static_cast<int>(*slots));
     if (!started.ok()) return CommandError(std::string(started.message()), 1);
 

@@ -16,12 +16,6 @@ using trainyard::v1::WorkerCommand;
 
 namespace {
 
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f s", s);
-  return buf;
-}
-
 std::string RankName(const trainyard::v1::RankPlacement& p) {
   return "rank " + std::to_string(p.rank()) + " on " + p.worker() + " (" + p.host() + ")";
 }
@@ -271,7 +265,7 @@ void Coordinator::CheckStopped(Entry& e) {
   e.stopping = false;
   if (!done) {
     TY_LOG(WARNING) << "job " << e.job.id() << ": ranks did not report their exit within "
-                    << Seconds(SecondsOf(options_.stop_timeout)) << "; freeing their slots";
+                    << FormatSeconds(SecondsOf(options_.stop_timeout)) << "; freeing their slots";
   }
   if (e.job.cancel_requested() && !IsFinal(e.job.state())) {
     EndAttempt(e, "cancelled");
@@ -289,12 +283,12 @@ void Coordinator::CheckLiveness(Entry& e) {
     const WorkerRegistry::Entry* w = registry_.Find(worker);
     if (w != nullptr) {
       return AbortAttempt(e, "worker " + worker + " (" + r.placement.host() + ") lost: no heartbeat for " +
-                                 Seconds(SecondsOf(now - w->last_heartbeat)));
+                                 FormatSeconds(SecondsOf(now - w->last_heartbeat)));
     }
     if (now - started_ >= options_.heartbeat_timeout) {
       return AbortAttempt(e, "worker " + worker + " (" + r.placement.host() +
                                  ") did not re-register within " +
-                                 Seconds(SecondsOf(options_.heartbeat_timeout)) +
+                                 FormatSeconds(SecondsOf(options_.heartbeat_timeout)) +
                                  " of the coordinator's restart");
     }
   }
@@ -303,7 +297,7 @@ void Coordinator::CheckLiveness(Entry& e) {
     for (const auto& [rank, r] : e.ranks) {
       if (!r.reported) missing += (missing.empty() ? "" : ", ") + RankName(r.placement);
     }
-    AbortAttempt(e, missing + " did not start within " + Seconds(SecondsOf(options_.start_timeout)));
+    AbortAttempt(e, missing + " did not start within " + FormatSeconds(SecondsOf(options_.start_timeout)));
   }
 }
 
@@ -350,9 +344,9 @@ void Coordinator::CheckStragglers(Entry& e) {
     char ratio[32];
     std::snprintf(ratio, sizeof(ratio), "%.1fx", c.mean_seconds / c.median_seconds);
     d.set_message(RankName(r.placement) + (c.flagged ? " is a straggler: " : " caught up: ") +
-                  Seconds(c.mean_seconds) + " of compute per step over the last " +
+                  FormatSeconds(c.mean_seconds) + " of compute per step over the last " +
                   std::to_string(e.spec.fault_tolerance.straggler_window_steps) + " steps, " +
-                  ratio + " the other ranks' median of " + Seconds(c.median_seconds));
+                  ratio + " the other ranks' median of " + FormatSeconds(c.median_seconds));
     if (e.job.diagnoses_size() >= 100) e.job.mutable_diagnoses()->DeleteSubrange(0, 1);
     *e.job.add_diagnoses() = d;
     JobEvent event;
@@ -413,7 +407,7 @@ void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& name : registry_.Expire()) {
     TY_LOG(WARNING) << "worker " << name << " lost: no heartbeat for "
-                    << Seconds(SecondsOf(options_.heartbeat_timeout));
+                    << FormatSeconds(SecondsOf(options_.heartbeat_timeout));
     commands_cv_.notify_all();
   }
   for (const std::string& id : order_) {

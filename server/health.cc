@@ -5,13 +5,13 @@
 #include <numeric>
 
 namespace trainyard::server {
-namespace {
-
-std::string Seconds(double s) {
+std::string FormatSeconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f s", s);
   return buf;
 }
+
+namespace {
 
 bool Waiting(const trainyard::v1::RankStatus& s, int64_t timeout_ms) {
   return s.collectives_issued() > s.collectives_done() && s.collective_age_ms() >= timeout_ms;
@@ -61,8 +61,8 @@ std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ra
     for (int w : waiters) others += (others.empty() ? "" : ", ") + std::to_string(w);
     d.set_message("rank " + std::to_string(r.placement.rank()) + " on " + r.placement.worker() +
                   " (" + r.placement.host() + ") is hung: " +
-                  (silent ? "no report for " + Seconds(age) + ", last in phase " + d.phase()
-                          : "in phase " + phase + " for " + Seconds(age)) +
+                  (silent ? "no report for " + FormatSeconds(age) + ", last in phase " + d.phase()
+                          : "in phase " + phase + " for " + FormatSeconds(age)) +
                   " at step " + std::to_string(r.status.step()) + ", while rank" +
                   (waiters.size() > 1 ? "s " : " ") + others + " wait" +
                   (waiters.size() > 1 ? "" : "s") + " in collective #" + std::to_string(seq));

@@ -29,6 +29,9 @@ struct RankView {
   bool reported = false;             // any report yet
 };
 
+// "5.2 s": how the coordinator's verdicts and reasons write a duration.
+std::string FormatSeconds(double seconds);
+
 // The hung rank of `ranks` by Note [Naming a hung rank], or nullopt. The diagnosis names the
 // rank, its worker and host, its last phase and step, and the collective the others wait in.
 std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ranks,

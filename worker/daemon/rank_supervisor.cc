@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -25,17 +26,6 @@ using SteadyClock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr size_t kTailLines = 5;
-
-Status MakeDirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    const std::string dir = path.substr(0, i);
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoStatus("creating " + dir);
-    }
-  }
-  return OkStatus();
-}
 
 int64_t MsSince(SteadyClock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - t).count();
@@ -72,7 +62,9 @@ RankSupervisor::~RankSupervisor() {
 Status RankSupervisor::Start(const trainyard::v1::Assignment& a) {
   const std::string dir =
       options_.work_dir + "/" + a.job_id() + "/attempt-" + std::to_string(a.attempt());
-  RETURN_IF_ERROR(MakeDirs(dir));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return UnavailableError("creating " + dir + ": " + ec.message());
   const std::string spec_path = dir + "/spec.json";
   {
     std::ofstream out(spec_path + ".tmp");
