@@ -53,3 +53,24 @@ function(ty_test name)
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
                        PROPERTIES TIMEOUT ${ARG_TIMEOUT})
 endfunction()
+
+# Makes `target` and every static library it links position-independent, because the shared
+# libraries libtrainyard_nccl.so and libtrainyard_cuda.so link them.
+# -fno-semantic-interposition keeps GCC inlining as with -fPIE;
+# one section per function lets the library's link drop what it does not call (and so Gloo).
+function(ty_make_pic target)
+  get_target_property(type ${target} TYPE)
+  get_target_property(pic ${target} POSITION_INDEPENDENT_CODE)
+  if(NOT type STREQUAL "STATIC_LIBRARY" OR pic)
+    return()
+  endif()
+  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_compile_options(${target} PRIVATE -fno-semantic-interposition -ffunction-sections
+                                           -fdata-sections)
+  get_target_property(deps ${target} LINK_LIBRARIES)
+  foreach(dep IN LISTS deps)
+    if(TARGET ${dep})
+      ty_make_pic(${dep})
+    endif()
+  endforeach()
+endfunction()

@@ -4,12 +4,8 @@
 // and NCCL are found (TY_WITH_CUDA). This file (always compiled, no CUDA headers) dlopen()s it
 // on first use, so CPU-only binaries never load CUDA libraries and run where none exist.
 //
-// Where the library is looked for, in order:
-//   1. $TRAINYARD_NCCL_LIB, a path to the file; when set, nowhere else
-//   2. the directory of the running binary (/proc/self/exe), then that directory's ../lib
-//      (the build puts it in <build>/lib, next to <build>/bin/trainyard)
-//   3. the dynamic loader's path (LD_LIBRARY_PATH, the binary's RUNPATH, ld.so.cache)
-// The library is never unloaded: the groups it creates run its code.
+// The library is looked for as common/shared_library.h says ($TRAINYARD_NCCL_LIB, next to the
+// binary, ../lib, the loader's path) and never unloaded: the groups it creates run its code.
 //
 // Note [The nccl entry point]
 // The library exports one C symbol, TyCreateNcclProcessGroup, taking NcclCreateArgs and filling

@@ -1,0 +1,353 @@
+// CudaBackendImpl's convolutions through cuDNN's legacy API: forward, backward data and
+// backward filter over contiguous NCHW arrays (backend.h ConvDims; semantics of
+// kernels/cpu/conv.h: cross-correlation, weight (k, c / groups, r, s)). Outputs are
+// overwritten (beta = 0).
+//
+// Note [cuDNN state]
+// Per device: one handle, one workspace per stream (grown as needed; two streams must not
+// share scratch memory) and a plan cache keyed by (direction, dtype, every ConvDims field).
+// A plan holds the descriptors and the algorithm from cudnnGet*Algorithm_v7 (its first
+// result that succeeds within kMaxWorkspaceBytes, with that result's math type). cuDNN
+// handles must not be used by two threads at once, so everything, from the cache lookup to
+// enqueueing the convolution, runs under the device's mutex; the calls only enqueue work.
+//
+// The legacy convolution API is marked deprecated in cuDNN 9 (a warning only when
+// CUDNN_WARN_DEPRECATED is defined); it is still supported, and this file silences the
+// warning so a build that defines it still passes -Werror.
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "kernels/cuda/backend_impl.h"
+#include "kernels/cuda/cuda_check.h"
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+#define TY_CUDNN_CHECK(expr)                                                 \
+  do {                                                                       \
+    const cudnnStatus_t ty_cudnn_st_ = (expr);                               \
+    TY_CHECK(ty_cudnn_st_ == CUDNN_STATUS_SUCCESS)                           \
+        << #expr << " failed: " << cudnnGetErrorString(ty_cudnn_st_) << " (" \
+        << static_cast<int>(ty_cudnn_st_) << ")";                            \
+  } while (0)
+
+namespace trainyard::kernels::cuda {
+namespace {
+
+constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;  // larger algorithms are passed over
+
+enum class Direction { kForward, kBackwardData, kBackwardFilter };
+
+cudnnDataType_t DnnType(ScalarType t) {
+  switch (t) {
+    case ScalarType::kF32:
+      return CUDNN_DATA_FLOAT;
+    case ScalarType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    case ScalarType::kF16:
+      return CUDNN_DATA_HALF;
+    default:
+      TY_CHECK(false) << "conv: dtype " << static_cast<int>(t)
+                      << " is not supported on CUDA (use float32, bfloat16 or float16)";
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
+std::string Describe(const ConvDims& d) {
+  std::ostringstream os;
+  os << "conv x=(" << d.n << "," << d.c << "," << d.h << "," << d.w << ") w=(" << d.k << ","
+     << (d.groups > 0 ? d.c / d.groups : 0) << "," << d.r << "," << d.s << ") y=(" << d.n << ","
+     << d.k << "," << d.out_h << "," << d.out_w << ") stride=" << d.stride_h << "x" << d.stride_w
+     << " pad=" << d.pad_h << "x" << d.pad_w << " dilation=" << d.dil_h << "x" << d.dil_w
+     << " groups=" << d.groups;
+  return os.str();
+}
+
+int AsInt(int64_t v, const ConvDims& d) {
+  TY_CHECK(v >= 0 && v <= INT_MAX)
+      << "conv: size " << v << " does not fit cuDNN's int: " << Describe(d);
+  return static_cast<int>(v);
+}
+
+void CheckDims(const ConvDims& d) {
+  TY_CHECK(d.n >= 0 && d.c >= 1 && d.h >= 1 && d.w >= 1 && d.k >= 1 && d.r >= 1 && d.s >= 1 &&
+           d.stride_h >= 1 && d.stride_w >= 1 && d.pad_h >= 0 && d.pad_w >= 0 && d.dil_h >= 1 &&
+           d.dil_w >= 1 && d.out_h >= 1 && d.out_w >= 1)
+      << "conv: bad sizes: " << Describe(d);
+  TY_CHECK(d.groups >= 1 && d.c % d.groups == 0 && d.k % d.groups == 0)
+      << "conv: groups must divide both channel counts: " << Describe(d);
+}
+
+// Descriptors and the algorithm of one (direction, dtype, ConvDims); read-only once built.
+struct Plan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t workspace_bytes = 0;
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (x != nullptr) cudnnDestroyTensorDescriptor(x);
+    if (y != nullptr) cudnnDestroyTensorDescriptor(y);
+    if (w != nullptr) cudnnDestroyFilterDescriptor(w);
+    if (conv != nullptr) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+// x (n, c, h, w), w (k, c / groups, r, s), y (n, k, out_h, out_w); checks cuDNN's output size
+// against d's.
+std::unique_ptr<Plan> MakeDescriptors(ScalarType type, const ConvDims& d) {
+  auto p = std::make_unique<Plan>();
+  const cudnnDataType_t t = DnnType(type);
+  TY_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
+  TY_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+  TY_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+  TY_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
+  TY_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, t, AsInt(d.n, d),
+                                            AsInt(d.c, d), AsInt(d.h, d), AsInt(d.w, d)));
+  TY_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, t, AsInt(d.n, d),
+                                            AsInt(d.k, d), AsInt(d.out_h, d), AsInt(d.out_w, d)));
+  TY_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, t, CUDNN_TENSOR_NCHW, AsInt(d.k, d),
+                                            AsInt(d.c / d.groups, d), AsInt(d.r, d),
+                                            AsInt(d.s, d)));
+  // f32, bf16 and f16 all accumulate in f32.
+  TY_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      p->conv, AsInt(d.pad_h, d), AsInt(d.pad_w, d), AsInt(d.stride_h, d), AsInt(d.stride_w, d),
+      AsInt(d.dil_h, d), AsInt(d.dil_w, d), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  TY_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p->conv, AsInt(d.groups, d)));
+  // Tensor cores for bf16/f16; DEFAULT lets f32 use TF32 where the device has it.
+  TY_CUDNN_CHECK(cudnnSetConvolutionMathType(
+      p->conv, type == ScalarType::kF32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH));
+  int on = 0, oc = 0, oh = 0, ow = 0;
+  TY_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &on, &oc, &oh, &ow));
+  TY_CHECK(oh == d.out_h && ow == d.out_w)
+      << "conv: cuDNN computes an output of " << oh << "x" << ow << " for " << Describe(d);
+  return p;
+}
+
+// The index of the first result (they come fastest first) that succeeded, fits
+// kMaxWorkspaceBytes and, for f32 data, does not round the inputs to f16; else the successful
+// one with the least workspace; -1 when none succeeded.
+template <typename Perf>
+int PickResult(const Perf* perf, int count, bool is_f32) {
+  int smallest = -1;
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (is_f32 && perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    if (perf[i].memory <= kMaxWorkspaceBytes) return i;
+    if (smallest < 0 || perf[i].memory < perf[smallest].memory) smallest = i;
+  }
+  return smallest;
+}
+
+// Fills p's algorithm for `dir` and sets the conv descriptor's math type to the algorithm's.
+// Returns false when cuDNN offers none.
+bool ChooseForward(cudnnHandle_t h, Plan* p, bool is_f32) {
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int count = 0;
+  TY_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+      h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
+  const int i = PickResult(perf, count, is_f32);
+  if (i < 0) return false;
+  p->fwd = perf[i].algo;
+  TY_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, perf[i].mathType));
+  TY_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, p->fwd,
+                                                         &p->workspace_bytes));
+  return true;
+}
+
+bool ChooseBackwardData(cudnnHandle_t h, Plan* p, bool is_f32) {
+  cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  int count = 0;
+  TY_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      h, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
+  const int i = PickResult(perf, count, is_f32);
+  if (i < 0) return false;
+  p->bwd_data = perf[i].algo;
+  TY_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, perf[i].mathType));
+  TY_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x,
+                                                              p->bwd_data, &p->workspace_bytes));
+  return true;
+}
+
+bool ChooseBackwardFilter(cudnnHandle_t h, Plan* p, bool is_f32) {
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  int count = 0;
+  TY_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      h, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf));
+  const int i = PickResult(perf, count, is_f32);
+  if (i < 0) return false;
+  p->bwd_filter = perf[i].algo;
+  TY_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, perf[i].mathType));
+  TY_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+      h, p->x, p->y, p->conv, p->w, p->bwd_filter, &p->workspace_bytes));
+  return true;
+}
+
+std::unique_ptr<Plan> BuildPlan(cudnnHandle_t h, Direction dir, ScalarType type,
+                                const ConvDims& d) {
+  std::unique_ptr<Plan> p = MakeDescriptors(type, d);
+  const bool is_f32 = type == ScalarType::kF32;
+  bool found = false;
+  switch (dir) {
+    case Direction::kForward:
+      found = ChooseForward(h, p.get(), is_f32);
+      break;
+    case Direction::kBackwardData:
+      found = ChooseBackwardData(h, p.get(), is_f32);
+      break;
+    case Direction::kBackwardFilter:
+      found = ChooseBackwardFilter(h, p.get(), is_f32);
+      break;
+  }
+  TY_CHECK(found) << "conv: cuDNN has no algorithm (direction " << static_cast<int>(dir)
+                  << ", dtype " << static_cast<int>(type) << ") for " << Describe(d);
+  return p;
+}
+
+using PlanKey = std::array<int64_t, 18>;
+
+PlanKey MakeKey(Direction dir, ScalarType type, const ConvDims& d) {
+  return {static_cast<int64_t>(dir),
+          static_cast<int64_t>(type),
+          d.n,
+          d.c,
+          d.h,
+          d.w,
+          d.k,
+          d.r,
+          d.s,
+          d.stride_h,
+          d.stride_w,
+          d.pad_h,
+          d.pad_w,
+          d.dil_h,
+          d.dil_w,
+          d.groups,
+          d.out_h,
+          d.out_w};
+}
+
+// A stream's scratch memory on one device.
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// Note [cuDNN state]: one device's handle, workspaces and plans, all under mu.
+struct DnnDevice {
+  std::mutex mu;
+  cudnnHandle_t handle = nullptr;
+  std::map<cudaStream_t, Workspace> workspaces;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+
+  // At least `bytes` of scratch for `stream` (null for 0). Growing waits for the stream, so
+  // work already enqueued there is done with the old buffer before it is freed.
+  void* GetWorkspace(cudaStream_t stream, size_t bytes, int device) {
+    if (bytes == 0) return nullptr;
+    Workspace& ws = workspaces[stream];
+    if (ws.bytes >= bytes) return ws.ptr;
+    if (ws.ptr != nullptr) {
+      TY_CUDA_CHECK(cudaStreamSynchronize(stream));
+      TY_CUDA_CHECK(cudaFree(ws.ptr));
+      ws = Workspace{};
+    }
+    const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+    TY_CHECK(cudaMalloc(&ws.ptr, rounded) == cudaSuccess)
+        << "conv: cannot allocate a cuDNN workspace of " << (rounded >> 20)
+        << " MiB on cuda:" << device << " (the device is full)";
+    ws.bytes = rounded;
+    return ws.ptr;
+  }
+
+  const Plan& GetPlan(Direction dir, ScalarType type, const ConvDims& d) {
+    std::unique_ptr<Plan>& p = plans[MakeKey(dir, type, d)];
+    if (p == nullptr) p = BuildPlan(handle, dir, type, d);
+    return *p;
+  }
+};
+
+// The calling thread's device's state, its handle created on first use. Never destroyed.
+DnnDevice& CurrentDnnDevice(int* device) {
+  TY_CUDA_CHECK(cudaGetDevice(device));
+  static std::mutex* mu = new std::mutex();
+  static auto* devices = new std::map<int, std::unique_ptr<DnnDevice>>();
+  std::lock_guard<std::mutex> lock(*mu);
+  std::unique_ptr<DnnDevice>& dev = (*devices)[*device];
+  if (dev == nullptr) {
+    dev = std::make_unique<DnnDevice>();
+    TY_CUDNN_CHECK(cudnnCreate(&dev->handle));
+  }
+  return *dev;
+}
+
+// Runs `dir` for d: looks up the plan, binds the stream and workspace, then calls `run`
+// with (handle, plan, workspace) under the device's mutex.
+template <typename F>
+void RunConv(Direction dir, ScalarType type, const ConvDims& d, Stream stream, const F& run) {
+  CheckDims(d);
+  int device = 0;
+  DnnDevice& dev = CurrentDnnDevice(&device);
+  std::lock_guard<std::mutex> lock(dev.mu);
+  const Plan& plan = dev.GetPlan(dir, type, d);
+  const cudaStream_t s = AsStream(stream);
+  void* ws = dev.GetWorkspace(s, plan.workspace_bytes, device);
+  TY_CUDNN_CHECK(cudnnSetStream(dev.handle, s));
+  const cudnnStatus_t st = run(dev.handle, plan, ws);
+  TY_CHECK(st == CUDNN_STATUS_SUCCESS)
+      << "conv: cuDNN failed: " << cudnnGetErrorString(st) << " (direction "
+      << static_cast<int>(dir) << ") for " << Describe(d);
+}
+
+// alpha and beta are f32 for f32, bf16 and f16 data; beta 0 overwrites.
+constexpr float kOne = 1.0f;
+constexpr float kZero = 0.0f;
+
+}  // namespace
+
+void CudaBackendImpl::ConvForward(ScalarType type, const ConvDims& d, const void* x, const void* w,
+                                  void* y, Stream stream) {
+  if (d.n == 0) return;
+  RunConv(Direction::kForward, type, d, stream, [&](cudnnHandle_t h, const Plan& p, void* ws) {
+    return cudnnConvolutionForward(h, &kOne, p.x, x, p.w, w, p.conv, p.fwd, ws, p.workspace_bytes,
+                                   &kZero, p.y, y);
+  });
+}
+
+void CudaBackendImpl::ConvBackwardData(ScalarType type, const ConvDims& d, const void* w,
+                                       const void* gy, void* gx, Stream stream) {
+  if (d.n == 0) return;
+  RunConv(Direction::kBackwardData, type, d, stream, [&](cudnnHandle_t h, const Plan& p, void* ws) {
+    return cudnnConvolutionBackwardData(h, &kOne, p.w, w, p.y, gy, p.conv, p.bwd_data, ws,
+                                        p.workspace_bytes, &kZero, p.x, gx);
+  });
+}
+
+void CudaBackendImpl::ConvBackwardFilter(ScalarType type, const ConvDims& d, const void* x,
+                                         const void* gy, void* gw, Stream stream) {
+  if (d.n == 0) {  // an empty batch: the gradient is zero
+    CheckDims(d);
+    Fill(type, d.k * (d.c / d.groups) * d.r * d.s, gw, 0.0, stream);
+    return;
+  }
+  RunConv(Direction::kBackwardFilter, type, d, stream,
+          [&](cudnnHandle_t h, const Plan& p, void* ws) {
+            return cudnnConvolutionBackwardFilter(h, &kOne, p.x, x, p.y, gy, p.conv, p.bwd_filter,
+                                                  ws, p.workspace_bytes, &kZero, p.w, gw);
+          });
+}
+
+}  // namespace trainyard::kernels::cuda

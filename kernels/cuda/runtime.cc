@@ -1,0 +1,176 @@
+// CudaBackendImpl's runtime half: devices, memory, streams, events, and the library's entry
+// point TyCudaBackend (kernels/cuda/backend.h).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/backend_impl.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace trainyard::kernels::cuda {
+namespace {
+
+std::string MiB(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+// One compute stream per device, created on first use.
+class Streams {
+ public:
+  cudaStream_t Get(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(streams_.size()) <= device) streams_.resize(device + 1, nullptr);
+    if (streams_[device] == nullptr) streams_[device] = Create(device);
+    return streams_[device];
+  }
+  static cudaStream_t Create(int device) {
+    int previous = 0;
+    TY_CUDA_CHECK(cudaGetDevice(&previous));
+    TY_CUDA_CHECK(cudaSetDevice(device));
+    cudaStream_t s = nullptr;
+    TY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    // Kernels' scratch (cudaMallocAsync) comes from the default pool: keep what it has mapped
+    // across synchronisations instead of unmapping it at every sync (threshold 0).
+    cudaMemPool_t pool = nullptr;
+    if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+      uint64_t keep = UINT64_MAX;
+      (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+    TY_CUDA_CHECK(cudaSetDevice(previous));
+    return s;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<cudaStream_t> streams_;
+};
+
+Streams& ComputeStreams() {
+  static Streams* s = new Streams();  // never destroyed: streams outlive static destructors
+  return *s;
+}
+
+}  // namespace
+
+int CudaBackendImpl::DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: not sticky, report none
+    return 0;
+  }
+  return count;
+}
+
+Status CudaBackendImpl::Properties(int device, DeviceProperties* out) {
+  cudaDeviceProp p{};
+  const cudaError_t e = cudaGetDeviceProperties(&p, device);
+  if (e != cudaSuccess) {
+    return FailedPreconditionError("cuda:" + std::to_string(device) +
+                                   ": cannot read its properties: " + cudaGetErrorString(e));
+  }
+  out->name = p.name;
+  out->major = p.major;
+  out->minor = p.minor;
+  out->total_memory = static_cast<int64_t>(p.totalGlobalMem);
+  out->multiprocessors = p.multiProcessorCount;
+  return OkStatus();
+}
+
+Status CudaBackendImpl::SetDevice(int device) {
+  const cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) return OkStatus();
+  (void)cudaGetLastError();
+  return FailedPreconditionError("cuda:" + std::to_string(device) + " cannot be used: " +
+                                 cudaGetErrorString(e) + " (" + std::to_string(DeviceCount()) +
+                                 " devices visible)");
+}
+
+Status CudaBackendImpl::Malloc(int device, size_t nbytes, void** out) {
+  TY_CUDA_CHECK(cudaSetDevice(device));
+  const cudaError_t e = cudaMalloc(out, nbytes);
+  if (e == cudaSuccess) return OkStatus();
+  (void)cudaGetLastError();  // out of memory is not sticky
+  size_t free_bytes = 0, total = 0;
+  (void)cudaMemGetInfo(&free_bytes, &total);
+  return ResourceExhaustedError("cuda:" + std::to_string(device) + ": cannot allocate " +
+                                MiB(nbytes) + " (" + MiB(free_bytes) + " free of " + MiB(total) +
+                                "): " + cudaGetErrorString(e));
+}
+
+void CudaBackendImpl::Free(int device, void* ptr) {
+  TY_CUDA_CHECK(cudaSetDevice(device));
+  TY_CUDA_CHECK(cudaFree(ptr));
+}
+
+Status CudaBackendImpl::HostMalloc(size_t nbytes, void** out) {
+  const cudaError_t e = cudaHostAlloc(out, nbytes, cudaHostAllocDefault);
+  if (e == cudaSuccess) return OkStatus();
+  (void)cudaGetLastError();
+  return ResourceExhaustedError("cannot allocate " + MiB(nbytes) +
+                                " of page-locked host memory: " + cudaGetErrorString(e));
+}
+
+void CudaBackendImpl::HostFree(void* ptr) { TY_CUDA_CHECK(cudaFreeHost(ptr)); }
+
+Stream CudaBackendImpl::ComputeStream(int device) { return ComputeStreams().Get(device); }
+
+Stream CudaBackendImpl::CreateStream(int device) { return Streams::Create(device); }
+
+void CudaBackendImpl::Memcpy(void* dst, const void* src, size_t nbytes, Stream stream) {
+  if (nbytes == 0) return;
+  TY_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, AsStream(stream)));
+}
+
+void CudaBackendImpl::StreamSynchronize(Stream stream) {
+  TY_CUDA_CHECK(cudaStreamSynchronize(AsStream(stream)));
+}
+
+Event CudaBackendImpl::CreateEvent(int device) {
+  int previous = 0;
+  TY_CUDA_CHECK(cudaGetDevice(&previous));
+  TY_CUDA_CHECK(cudaSetDevice(device));
+  cudaEvent_t e = nullptr;
+  TY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  TY_CUDA_CHECK(cudaSetDevice(previous));
+  return e;
+}
+
+void CudaBackendImpl::DestroyEvent(Event event) {
+  TY_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
+void CudaBackendImpl::RecordEvent(Event event, Stream stream) {
+  TY_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), AsStream(stream)));
+}
+
+void CudaBackendImpl::StreamWaitEvent(Stream stream, Event event) {
+  TY_CUDA_CHECK(cudaStreamWaitEvent(AsStream(stream), static_cast<cudaEvent_t>(event), 0));
+}
+
+bool CudaBackendImpl::EventQuery(Event event) {
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) return false;
+  TY_CUDA_CHECK(e);
+  return true;
+}
+
+void CudaBackendImpl::EventSynchronize(Event event) {
+  TY_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+}  // namespace trainyard::kernels::cuda
+
+extern "C" trainyard::kernels::cuda::Backend* TyCudaBackend(int abi_version, size_t backend_size,
+                                                            std::string* error) {
+  using trainyard::kernels::cuda::Backend;
+  if (abi_version != trainyard::kernels::cuda::kCudaAbiVersion ||
+      backend_size != sizeof(Backend)) {
+    *error = "libtrainyard_cuda.so is from another build (interface version " +
+             std::to_string(trainyard::kernels::cuda::kCudaAbiVersion) + ", asked for " +
+             std::to_string(abi_version) + "); rebuild it with the engine";
+    return nullptr;
+  }
+  static Backend* backend = new trainyard::kernels::cuda::CudaBackendImpl();
+  return backend;
+}
