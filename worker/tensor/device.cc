@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "worker/tensor/cuda_backend.h"
+
 namespace trainyard {
 
 StatusOr<Device> Device::Parse(const std::string& text) {
@@ -21,9 +23,22 @@ std::string Device::ToString() const { return is_cpu() ? "cpu" : "cuda:" + std::
 
 Status CheckDeviceAvailable(Device device) {
   if (device.is_cpu()) return OkStatus();
-  return FailedPreconditionError("device " + device.ToString() +
-                                 " is not available: this build has no CUDA backend "
-                                 "(libtrainyard_cuda.so); use device \"cpu\"");
+  StatusOr<kernels::cuda::Backend*> backend = LoadCudaBackend();
+  if (!backend.ok()) {
+    return Status(backend.status().code(), "device " + device.ToString() +
+                                               " is not available: " + backend.status().message());
+  }
+  const int count = (*backend)->DeviceCount();
+  if (device.index >= count) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return FailedPreconditionError(
+        "device " + device.ToString() + " is not available: " +
+        (count == 0 ? std::string("no CUDA device is visible")
+                    : std::to_string(count) + " CUDA device(s) are visible") +
+        (visible != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : "") +
+        "; use device \"cpu\" or run on a GPU worker");
+  }
+  return OkStatus();
 }
 
 }  // namespace trainyard

@@ -6,6 +6,7 @@
 #include "kernels/cpu/copy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/random.h"
+#include "worker/tensor/device_kernels.h"
 
 namespace trainyard {
 
@@ -16,24 +17,9 @@ Generator& DefaultGenerator() {
   return gen;
 }
 
-namespace {
-// Fills contiguous memory through an integer view of the bits for 16-bit and bool types.
-template <typename T>
-void FillTyped(void* p, int64_t n, double value) {
-  T v = kc::Cast<T>(value);
-  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
-    kc::Fill<uint16_t>(n, static_cast<uint16_t*>(p), v.bits);
-  } else if constexpr (std::is_same_v<T, bool>) {
-    kc::Fill<uint8_t>(n, static_cast<uint8_t*>(p), v ? 1 : 0);
-  } else {
-    kc::Fill<T>(n, static_cast<T*>(p), v);
-  }
-}
-}  // namespace
-
 void FillInPlace(const Tensor& t, double value) {
   Tensor c = t.is_contiguous() ? t : Empty(t.shape(), t.options());
-  TY_DISPATCH_ALL(t.dtype(), "fill", [&] { FillTyped<scalar_t>(c.raw_data(), c.numel(), value); });
+  device::Fill(c, value);
   if (!t.is_contiguous()) CopyInto(t, c);
   t.BumpVersion();
 }
@@ -56,6 +42,10 @@ Tensor Arange(double start, double end, double step, TensorOptions options) {
   TY_CHECK(step != 0) << "arange: step must not be zero";
   double count = std::ceil((end - start) / step);
   int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  if (!options.device.is_cpu()) {
+    Tensor host = Arange(start, end, step, TensorOptions(options).set_device(Device::Cpu()));
+    return CopyToDevice(host, options.device).set_requires_grad(options.requires_grad);
+  }
   Tensor t = Empty(Shape{n}, options.set_requires_grad(false));
   TY_DISPATCH_ALL(t.dtype(), "arange", [&] {
     scalar_t* p = static_cast<scalar_t*>(t.raw_data());
@@ -67,10 +57,10 @@ Tensor Arange(double start, double end, double step, TensorOptions options) {
 Tensor Arange(double end, TensorOptions options) { return Arange(0, end, 1, options); }
 
 namespace {
-// Where a random draw for `t` is written: t itself when contiguous f32/f64, else a temporary
-// in the compute type (f64 stays f64) that is copied into t.
+// Where a random draw for `t` is written: t itself when contiguous in a dtype its device draws
+// in, else a temporary in the compute type (f64 stays f64) that is copied into t.
 Tensor DrawTarget(const Tensor& t) {
-  if (t.is_contiguous() && (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64)) return t;
+  if (t.is_contiguous() && device::ComputesIn(t.device(), t.dtype())) return t;
   DType compute = t.dtype() == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
   return Empty(t.shape(), t.options().set_dtype(compute));
 }
@@ -80,10 +70,7 @@ void UniformInPlace(const Tensor& t, double lo, double hi, Generator* gen) {
   if (gen == nullptr) gen = &DefaultGenerator();
   Tensor c = DrawTarget(t);
   uint64_t offset = gen->Reserve(kc::CountersFor(c.numel()));
-  TY_DISPATCH_FLOATING(c.dtype(), "uniform", [&] {
-    kc::FillUniform<scalar_t>(c.numel(), c.data<scalar_t>(), gen->seed(), offset,
-                              static_cast<scalar_t>(lo), static_cast<scalar_t>(hi));
-  });
+  device::FillUniform(c, gen->seed(), offset, lo, hi);
   if (c.impl() != t.impl()) CopyInto(t, c);
   t.BumpVersion();
 }
@@ -92,10 +79,7 @@ void NormalInPlace(const Tensor& t, double mean, double std, Generator* gen) {
   if (gen == nullptr) gen = &DefaultGenerator();
   Tensor c = DrawTarget(t);
   uint64_t offset = gen->Reserve(kc::CountersFor(c.numel()));
-  TY_DISPATCH_FLOATING(c.dtype(), "normal", [&] {
-    kc::FillNormal<scalar_t>(c.numel(), c.data<scalar_t>(), gen->seed(), offset,
-                             static_cast<scalar_t>(mean), static_cast<scalar_t>(std));
-  });
+  device::FillNormal(c, gen->seed(), offset, mean, std);
   if (c.impl() != t.impl()) CopyInto(t, c);
   t.BumpVersion();
 }
@@ -129,6 +113,10 @@ Tensor Randn(const Shape& shape, TensorOptions options, Generator* gen) {
 
 Tensor RandInt(const Shape& shape, int64_t lo, int64_t hi, TensorOptions options, Generator* gen) {
   TY_CHECK(hi > lo) << "randint: high " << hi << " must be above low " << lo;
+  if (!options.device.is_cpu()) {
+    Tensor host = RandInt(shape, lo, hi, TensorOptions(options).set_device(Device::Cpu()), gen);
+    return CopyToDevice(host, options.device);
+  }
   Tensor u = Uniform(shape, 0, 1, Options(DType::kFloat64), gen);
   Tensor t = Empty(shape, options);
   const double* up = u.data<double>();

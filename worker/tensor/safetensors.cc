@@ -157,7 +157,8 @@ Status WriteContents(FILE* f, const std::string& tmp, const std::string& header,
   RETURN_IF_ERROR(WriteBytes(f, length, sizeof(length), tmp));
   RETURN_IF_ERROR(WriteBytes(f, header.data(), header.size(), tmp));
   for (const auto& named : tensors) {
-    const Tensor data = ContiguousData(named.second);
+    const Tensor& t = named.second;
+    const Tensor data = t.device().is_cpu() ? ContiguousData(t) : CopyToDevice(t, Device::Cpu());
     RETURN_IF_ERROR(WriteBytes(f, data.raw_data(), ByteSize(data), tmp));
   }
   if (std::fflush(f) != 0) return ErrnoStatus("writing " + Quoted(tmp));

@@ -13,8 +13,13 @@ namespace trainyard {
 
 class Storage {
  public:
-  // Allocates nbytes on `device` (CPU: the caching allocator). The device must be available.
+  // Allocates nbytes on `device` from its caching allocator (allocator.h, device_allocator.h;
+  // CUDA memory belongs to the device's compute stream). The device must be available; running
+  // out of device memory aborts with the sizes (check budgets before allocating).
   Storage(size_t nbytes, Device device);
+  // CUDA only: the block belongs to `stream` instead of the compute stream (a copy stream;
+  // Note [Blocks and streams] in device_allocator.h).
+  Storage(size_t nbytes, Device device, void* stream);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "kernels/cpu/copy.h"
+#include "worker/tensor/cuda_backend.h"
+#include "worker/tensor/views.h"
 
 namespace trainyard {
 
@@ -24,6 +26,7 @@ bool Tensor::is_contiguous() const {
 
 double Tensor::item() const {
   TY_CHECK(numel() == 1) << "item() needs a tensor with one element, got shape " << shape();
+  if (!device().is_cpu()) return CopyToDevice(*this, Device::Cpu()).item();
   double v = 0;
   TY_DISPATCH_ALL(dtype(), "item", [&] {
     v = kernels::cpu::Cast<double>(*static_cast<const scalar_t*>(raw_data()));
@@ -90,7 +93,10 @@ Tensor MakeView(const Tensor& base, const Shape& sizes, const Shape& strides, in
   return Tensor(std::move(impl));
 }
 
-void CopyInto(const Tensor& dst, const Tensor& src) {
+namespace {
+
+// Strides of src broadcast to dst's shape.
+Shape BroadcastSourceStrides(const Tensor& dst, const Tensor& src) {
   const Shape& ds = dst.shape();
   const Shape& ss = src.shape();
   TY_CHECK(ss.size() <= ds.size())
@@ -105,8 +111,44 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
         << "copy: source shape " << ss << " cannot be broadcast to " << ds;
     src_strides[i] = ss[si] == 1 ? 0 : src.stride(si);
   }
+  return src_strides;
+}
+
+// A copy between the CPU and a CUDA device: converted and made contiguous on the source's
+// side, moved in one transfer on the CUDA side's compute stream, scattered into a strided
+// destination on its own side. A copy to the CPU waits for the transfer.
+void CopyAcrossDevices(const Tensor& dst, const Tensor& src) {
+  TY_CHECK(dst.device().is_cpu() || src.device().is_cpu())
+      << "copy from " << src.device().ToString() << " to " << dst.device().ToString()
+      << ": copies between two CUDA devices go through the CPU";
+  Tensor s =
+      ConvertTo(src.shape() == dst.shape() ? src : views::Expand(src, dst.shape()), dst.dtype());
+  Tensor d = dst.is_contiguous() ? dst : Empty(dst.shape(), dst.options());
+  const Device gpu = dst.device().is_cpu() ? src.device() : dst.device();
+  cuda::Stream stream = ComputeStream(gpu);
+  CudaBackend().Memcpy(d.raw_data(), s.raw_data(), d.numel() * ElementSize(d.dtype()), stream);
+  if (dst.device().is_cpu()) CudaBackend().StreamSynchronize(stream);
+  if (d.impl() != dst.impl()) CopyInto(dst, d);
+}
+
+}  // namespace
+
+void CopyInto(const Tensor& dst, const Tensor& src) {
+  if (dst.device() != src.device()) {
+    CopyAcrossDevices(dst, src);
+    dst.BumpVersion();
+    return;
+  }
+  const Shape& ds = dst.shape();
+  const Shape src_strides = BroadcastSourceStrides(dst, src);
   const int64_t* strides[2] = {dst.strides().data(), src_strides.data()};
   auto it = kernels::cpu::MakeIter(static_cast<int>(ds.size()), ds.data(), 2, strides);
+  if (dst.device().is_cuda()) {
+    CudaBackend().Copy(it, ToScalarType(dst.dtype()), dst.raw_data(), ToScalarType(src.dtype()),
+                       src.raw_data(), ComputeStream(dst.device()));
+    dst.BumpVersion();
+    return;
+  }
   TY_DISPATCH_ALL(dst.dtype(), "copy", [&] {
     using dst_t = scalar_t;
     TY_DISPATCH_ALL(src.dtype(), "copy", [&] {
@@ -115,6 +157,22 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
     });
   });
   dst.BumpVersion();
+}
+
+void MoveToDevice(const Tensor& t, Device device) {
+  if (t.device() == device) return;
+  Tensor moved = CopyToDevice(t, device);
+  TensorImpl* impl = t.impl();
+  impl->storage = moved.storage();
+  impl->offset = 0;
+  impl->strides = moved.strides();
+  if (impl->meta && impl->meta->grad) MoveToDevice(Tensor(impl->meta->grad), device);
+}
+
+Tensor CopyToDevice(const Tensor& t, Device device) {
+  Tensor out = Empty(t.shape(), t.options().set_device(device));
+  CopyInto(out, t);
+  return out;
 }
 
 Tensor ConvertTo(const Tensor& t, DType dtype, bool force_copy) {
@@ -128,7 +186,8 @@ Tensor ContiguousData(const Tensor& t) { return ConvertTo(t, t.dtype()); }
 
 template <typename T>
 std::vector<T> ToVector(const Tensor& t) {
-  Tensor c = ConvertTo(t, DTypeOf<T>::value);
+  Tensor c = t.device().is_cpu() ? ConvertTo(t, DTypeOf<T>::value)
+                                 : ConvertTo(CopyToDevice(t, Device::Cpu()), DTypeOf<T>::value);
   const T* p = c.data<T>();
   return std::vector<T>(p, p + c.numel());
 }

@@ -90,7 +90,8 @@ class Tensor {
   bool is_contiguous() const;
   TensorOptions options() const { return TensorOptions().set_dtype(dtype()).set_device(device()); }
 
-  // Data access (CPU). data<T>() checks that T matches the dtype.
+  // Data access: host pointers for CPU tensors, device pointers for CUDA ones (read them only
+  // in kernels on the device's compute stream). data<T>() checks that T matches the dtype.
   void* raw_data() const {
     return static_cast<char*>(impl_->storage->data()) + impl_->offset * ElementSize(dtype());
   }
@@ -136,9 +137,16 @@ Tensor EmptyLike(const Tensor& t);  // same shape, dtype and device; contiguous
 // A new tensor viewing `storage` (no copy, no grad).
 Tensor MakeView(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
 
-// Writes src (broadcast to dst's shape, converted to dst's dtype) into dst, in place.
-// Not recorded by autograd; bumps dst's version.
+// Writes src (broadcast to dst's shape, converted to dst's dtype) into dst, in place; src and
+// dst may be on different devices (one of them the CPU). Not recorded by autograd; bumps dst's
+// version. A copy to the CPU returns when the data is there; other copies are queued on the
+// CUDA device's compute stream.
 void CopyInto(const Tensor& dst, const Tensor& src);
+// Moves t's data (and its .grad's) to `device` in place: every handle to t sees the move, views
+// of its old storage do not. For parameters and buffers (Module::To).
+void MoveToDevice(const Tensor& t, Device device);
+// A contiguous copy of t on `device` (no grad).
+Tensor CopyToDevice(const Tensor& t, Device device);
 // A contiguous copy converted to `dtype` (no grad). Returns `t` itself when nothing changes
 // and `force_copy` is false.
 Tensor ConvertTo(const Tensor& t, DType dtype, bool force_copy = false);

@@ -38,10 +38,13 @@ TEST(DeviceTest, ParsesCpuAndCuda) {
   EXPECT_EQ(Device::Parse("cuda:x").status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(DeviceTest, AskingForCudaWithoutABackendIsAClearError) {
-  Status s = CheckDeviceAvailable(Device::Cuda(0));
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("cuda:0 is not available"), std::string::npos) << s;
+TEST(DeviceTest, AskingForACudaDeviceThatIsNotThereIsAClearError) {
+  // Without libtrainyard_cuda.so: Unimplemented naming it; with it: FailedPrecondition naming
+  // how many devices are visible.
+  Status s = CheckDeviceAvailable(Device::Cuda(999));
+  EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kUnimplemented)
+      << s;
+  EXPECT_NE(s.message().find("cuda:999 is not available"), std::string::npos) << s;
   EXPECT_TRUE(CheckDeviceAvailable(Device::Cpu()).ok());
 }
 

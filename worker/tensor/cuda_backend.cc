@@ -1,0 +1,137 @@
+#include "worker/tensor/cuda_backend.h"
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/shared_library.h"
+
+namespace trainyard {
+namespace {
+
+// DeviceRuntime for one device of the backend.
+class BackendRuntime final : public DeviceRuntime {
+ public:
+  BackendRuntime(cuda::Backend* b, int device) : b_(b), device_(device) {}
+  Status Malloc(size_t nbytes, void** out) override { return b_->Malloc(device_, nbytes, out); }
+  void Free(void* ptr) override { b_->Free(device_, ptr); }
+  Event CreateEvent() override { return b_->CreateEvent(device_); }
+  void DestroyEvent(Event e) override { b_->DestroyEvent(e); }
+  void RecordEvent(Event e, Stream s) override { b_->RecordEvent(e, s); }
+  bool EventQuery(Event e) override { return b_->EventQuery(e); }
+  void EventSynchronize(Event e) override { b_->EventSynchronize(e); }
+
+ private:
+  cuda::Backend* const b_;
+  const int device_;
+};
+
+struct State {
+  std::mutex mu;
+  bool tried = false;
+  StatusOr<cuda::Backend*> loaded = UnknownError("not loaded");
+  cuda::Backend* testing = nullptr;
+  // Per device, created on first use; never destroyed (tensors may outlive static destruction).
+  std::vector<std::unique_ptr<BackendRuntime>> runtimes;
+  std::vector<DeviceCachingAllocator*> allocators;
+};
+
+State& GetState() {
+  static State* s = new State();
+  return *s;
+}
+
+StatusOr<cuda::Backend*> LoadLibrary() {
+  const LibrarySpec spec{cuda::kCudaLibraryName,
+                         cuda::kCudaLibraryEnv,
+                         cuda::kCudaEntryPoint,
+                         "the CUDA backend",
+                         "built when the CUDA toolkit is found (TY_WITH_CUDA)",
+                         "use device \"cpu\""};
+  ASSIGN_OR_RETURN(void* symbol, FindLibrarySymbol(spec));
+  std::string error;
+  cuda::Backend* b = reinterpret_cast<cuda::CudaEntryFn>(symbol)(cuda::kCudaAbiVersion,
+                                                                 sizeof(cuda::Backend), &error);
+  if (b == nullptr) return FailedPreconditionError("the CUDA backend: " + error);
+  return b;
+}
+
+}  // namespace
+
+StatusOr<cuda::Backend*> LoadCudaBackend() {
+  State& s = GetState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.testing != nullptr) return s.testing;
+  if (!s.tried) {
+    s.loaded = LoadLibrary();
+    s.tried = true;
+  }
+  return s.loaded;
+}
+
+cuda::Backend& CudaBackend() {
+  StatusOr<cuda::Backend*> b = LoadCudaBackend();
+  TY_CHECK(b.ok()) << b.status().message();
+  return **b;
+}
+
+DeviceCachingAllocator& CudaAllocator(int device) {
+  cuda::Backend& b = CudaBackend();
+  State& s = GetState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  TY_CHECK(device >= 0 && device < 1024) << "cuda:" << device << " is not a device";
+  if (static_cast<int>(s.allocators.size()) <= device) {
+    s.allocators.resize(device + 1, nullptr);
+    s.runtimes.resize(device + 1);
+  }
+  if (s.allocators[device] == nullptr) {
+    s.runtimes[device] = std::make_unique<BackendRuntime>(&b, device);
+    s.allocators[device] =
+        new DeviceCachingAllocator(s.runtimes[device].get(), "cuda:" + std::to_string(device));
+  }
+  return *s.allocators[device];
+}
+
+cuda::Stream ComputeStream(Device device) {
+  TY_CHECK(device.is_cuda()) << "ComputeStream of " << device.ToString();
+  return CudaBackend().ComputeStream(device.index);
+}
+
+void SynchronizeDevice(Device device) {
+  if (device.is_cuda()) CudaBackend().StreamSynchronize(ComputeStream(device));
+}
+
+cuda::ScalarType ToScalarType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return cuda::ScalarType::kF32;
+    case DType::kFloat64:
+      return cuda::ScalarType::kF64;
+    case DType::kBFloat16:
+      return cuda::ScalarType::kBF16;
+    case DType::kFloat16:
+      return cuda::ScalarType::kF16;
+    case DType::kInt64:
+      return cuda::ScalarType::kI64;
+    case DType::kInt32:
+      return cuda::ScalarType::kI32;
+    case DType::kUInt8:
+      return cuda::ScalarType::kU8;
+    case DType::kBool:
+      return cuda::ScalarType::kBool;
+  }
+  TY_CHECK(false) << "unknown dtype " << static_cast<int>(dtype);
+  return cuda::ScalarType::kF32;
+}
+
+void SetCudaBackendForTesting(cuda::Backend* backend) {
+  State& s = GetState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.testing = backend;
+  // Allocators hold the old backend's memory: forget them (tests free their tensors first).
+  for (DeviceCachingAllocator* a : s.allocators) delete a;
+  s.allocators.clear();
+  s.runtimes.clear();
+}
+
+}  // namespace trainyard

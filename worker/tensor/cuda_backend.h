@@ -1,0 +1,44 @@
+// The engine's way in to the CUDA backend (kernels/cuda/backend.h, libtrainyard_cuda.so).
+//
+// The library is dlopen()ed on the first request for a CUDA device (common/shared_library.h:
+// $TRAINYARD_CUDA_LIB, next to the binary, ../lib, the loader's path), never before, so CPU jobs
+// and tests never load the CUDA runtime, cuBLAS or cuDNN. The result, success or failure, is
+// kept for the life of the process.
+//
+// Streams: every op on a CUDA tensor runs on its device's compute stream (ComputeStream), so
+// ops are ordered among themselves without synchronisation; the host waits only where it reads
+// device memory (item(), ToVector(), a copy to the CPU).
+#pragma once
+
+#include "kernels/cuda/backend.h"
+#include "worker/tensor/device.h"
+#include "worker/tensor/device_allocator.h"
+#include "worker/tensor/dtype.h"
+
+namespace trainyard {
+
+namespace cuda = kernels::cuda;
+
+// The backend, loading the library on first use. FailedPrecondition or Unimplemented saying
+// why when it cannot be loaded (not built, CUDA libraries missing, another build).
+StatusOr<cuda::Backend*> LoadCudaBackend();
+
+// The loaded backend, for code that holds a CUDA tensor (so it is loaded). TY_CHECKs.
+cuda::Backend& CudaBackend();
+
+// The caching allocator of cuda:`device` (a valid device of the loaded backend).
+DeviceCachingAllocator& CudaAllocator(int device);
+
+// The compute stream of `device`.
+cuda::Stream ComputeStream(Device device);
+
+// Waits until every op queued on the compute stream of `device` has finished.
+void SynchronizeDevice(Device device);
+
+cuda::ScalarType ToScalarType(DType dtype);
+
+// Tests only: use `backend` (a fake over host memory, say) instead of loading the library, or
+// go back to loading it with nullptr. Not thread-safe against running ops.
+void SetCudaBackendForTesting(cuda::Backend* backend);
+
+}  // namespace trainyard

@@ -1,0 +1,254 @@
+// device_kernels.h: softmax, cross-entropy, normalisation, indexing, pooling.
+#include "kernels/cpu/indexing.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/softmax.h"
+#include "worker/tensor/device_kernels.h"
+#include "worker/tensor/device_kernels_internal.h"
+
+namespace trainyard::device {
+
+namespace kc = kernels::cpu;
+using internal::B;
+using internal::DataOrNull;
+using internal::Ptr;
+using internal::S;
+using internal::T;
+
+void SoftmaxForward(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool log) {
+  if (x.device().is_cuda()) {
+    B().SoftmaxForward(T(x), x.raw_data(), y.raw_data(), rows, n, log, S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "softmax", [&] {
+    kc::SoftmaxForward<scalar_t>(x.data<scalar_t>(), y.data<scalar_t>(), rows, n, log);
+  });
+}
+
+void SoftmaxBackward(const Tensor& y, const Tensor& gy, const Tensor& gx, int64_t rows, int64_t n,
+                     bool log) {
+  if (y.device().is_cuda()) {
+    B().SoftmaxBackward(T(y), y.raw_data(), gy.raw_data(), gx.raw_data(), rows, n, log, S(y));
+    return;
+  }
+  TY_DISPATCH_FLOATING(y.dtype(), "softmax backward", [&] {
+    kc::SoftmaxBackward<scalar_t>(y.data<scalar_t>(), gy.data<scalar_t>(), gx.data<scalar_t>(),
+                                  rows, n, log);
+  });
+}
+
+void CrossEntropyForward(const Tensor& logits, const Tensor& target, const Tensor& loss,
+                         const Tensor& lse, int64_t rows, int64_t c, int64_t ignore_index,
+                         double smoothing) {
+  if (logits.device().is_cuda()) {
+    B().CrossEntropyForward(T(logits), logits.raw_data(), target.data<int64_t>(),
+                            loss.data<float>(), lse.data<float>(), rows, c, ignore_index, smoothing,
+                            S(logits));
+    return;
+  }
+  TY_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
+    kc::CrossEntropyForward<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(),
+                                      loss.data<scalar_t>(), lse.data<scalar_t>(), rows, c,
+                                      ignore_index, static_cast<scalar_t>(smoothing));
+  });
+}
+
+void CrossEntropyBackward(const Tensor& logits, const Tensor& target, const Tensor& lse,
+                          const Tensor& gloss, const Tensor& grad, int64_t rows, int64_t c,
+                          int64_t ignore_index, double smoothing) {
+  if (logits.device().is_cuda()) {
+    B().CrossEntropyBackward(T(logits), logits.raw_data(), target.data<int64_t>(),
+                             lse.data<float>(), gloss.data<float>(), grad.raw_data(), rows, c,
+                             ignore_index, smoothing, S(logits));
+    return;
+  }
+  TY_DISPATCH_FLOATING(logits.dtype(), "cross_entropy backward", [&] {
+    kc::CrossEntropyBackward<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(),
+                                       lse.data<scalar_t>(), gloss.data<scalar_t>(),
+                                       grad.data<scalar_t>(), rows, c, ignore_index,
+                                       static_cast<scalar_t>(smoothing));
+  });
+}
+
+void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                      const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t n, double eps) {
+  if (x.device().is_cuda()) {
+    const cuda::ScalarType pt = weight.defined() ? T(weight) : T(x);
+    B().LayerNormForward(T(x), pt, x.raw_data(), Ptr(weight), Ptr(bias), y.raw_data(),
+                         mean.data<float>(), rstd.data<float>(), rows, n, eps, S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "layer_norm", [&] {
+    kc::LayerNormForward<scalar_t>(x.data<scalar_t>(), DataOrNull<scalar_t>(weight),
+                                   DataOrNull<scalar_t>(bias), y.data<scalar_t>(),
+                                   mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, n,
+                                   static_cast<scalar_t>(eps));
+  });
+}
+
+void LayerNormBackward(const Tensor& x, const Tensor& gy, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& weight, const Tensor& gx, const Tensor& gweight,
+                       const Tensor& gbias, int64_t rows, int64_t n) {
+  if (x.device().is_cuda()) {
+    const cuda::ScalarType pt = weight.defined() ? T(weight) : T(x);
+    B().LayerNormBackward(T(x), pt, x.raw_data(), gy.raw_data(), mean.data<float>(),
+                          rstd.data<float>(), Ptr(weight), Ptr(gx), Ptr(gweight), Ptr(gbias), rows,
+                          n, S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "layer_norm backward", [&] {
+    kc::LayerNormBackward<scalar_t>(x.data<scalar_t>(), gy.data<scalar_t>(), mean.data<scalar_t>(),
+                                    rstd.data<scalar_t>(), DataOrNull<scalar_t>(weight),
+                                    DataOrNull<scalar_t>(gx), DataOrNull<scalar_t>(gweight),
+                                    DataOrNull<scalar_t>(gbias), rows, n);
+  });
+}
+
+namespace {
+void CheckF32OnCuda(const Tensor& x, const char* name) {
+  TY_CHECK(x.device().is_cpu() || x.dtype() == DType::kFloat32)
+      << name << " on CUDA computes in float32, got " << DTypeName(x.dtype());
+}
+}  // namespace
+
+void BatchNormStats(const Tensor& x, const Tensor& mean, const Tensor& var, int64_t outer,
+                    int64_t c, int64_t inner) {
+  CheckF32OnCuda(x, "batch_norm");
+  if (x.device().is_cuda()) {
+    B().BatchNormStats(x.data<float>(), mean.data<float>(), var.data<float>(), outer, c, inner,
+                       S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+    kc::BatchNormStats<scalar_t>(x.data<scalar_t>(), mean.data<scalar_t>(), var.data<scalar_t>(),
+                                 outer, c, inner);
+  });
+}
+
+void BatchNormForward(const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& weight, const Tensor& bias, const Tensor& y, int64_t outer,
+                      int64_t c, int64_t inner) {
+  CheckF32OnCuda(x, "batch_norm");
+  if (x.device().is_cuda()) {
+    B().BatchNormForward(x.data<float>(), mean.data<float>(), invstd.data<float>(),
+                         DataOrNull<float>(weight), DataOrNull<float>(bias), y.data<float>(), outer,
+                         c, inner, S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+    kc::BatchNormForward<scalar_t>(x.data<scalar_t>(), mean.data<scalar_t>(),
+                                   invstd.data<scalar_t>(), DataOrNull<scalar_t>(weight),
+                                   DataOrNull<scalar_t>(bias), y.data<scalar_t>(), outer, c, inner);
+  });
+}
+
+void BatchNormBackward(const Tensor& x, const Tensor& gy, const Tensor& mean, const Tensor& invstd,
+                       const Tensor& weight, const Tensor& gx, const Tensor& gweight,
+                       const Tensor& gbias, int64_t outer, int64_t c, int64_t inner,
+                       bool training) {
+  CheckF32OnCuda(x, "batch_norm");
+  if (x.device().is_cuda()) {
+    B().BatchNormBackward(x.data<float>(), gy.data<float>(), mean.data<float>(),
+                          invstd.data<float>(), DataOrNull<float>(weight), DataOrNull<float>(gx),
+                          DataOrNull<float>(gweight), DataOrNull<float>(gbias), outer, c, inner,
+                          training, S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "batch_norm backward", [&] {
+    kc::BatchNormBackward<scalar_t>(x.data<scalar_t>(), gy.data<scalar_t>(), mean.data<scalar_t>(),
+                                    invstd.data<scalar_t>(), DataOrNull<scalar_t>(weight),
+                                    DataOrNull<scalar_t>(gx), DataOrNull<scalar_t>(gweight),
+                                    DataOrNull<scalar_t>(gbias), outer, c, inner, training);
+  });
+}
+
+void IndexRows(const Tensor& x, int64_t row, const Tensor& index, const Tensor& out) {
+  if (x.device().is_cuda()) {
+    B().IndexRows(T(x), x.raw_data(), row, index.data<int64_t>(), index.numel(), out.raw_data(),
+                  S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "index_select", [&] {
+    kc::IndexRows<scalar_t>(x.data<scalar_t>(), row, index.data<int64_t>(), index.numel(),
+                            out.data<scalar_t>());
+  });
+}
+
+void IndexAddRows(const Tensor& out, int64_t row, const Tensor& index, const Tensor& src) {
+  if (out.device().is_cuda()) {
+    B().IndexAddRows(T(out), out.raw_data(), row, index.data<int64_t>(), index.numel(),
+                     src.raw_data(), S(out));
+    return;
+  }
+  TY_DISPATCH_FLOATING(out.dtype(), "index_add", [&] {
+    kc::IndexAddRows<scalar_t>(out.data<scalar_t>(), row, index.data<int64_t>(), index.numel(),
+                               src.data<scalar_t>());
+  });
+}
+
+void MaxPool2dForward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
+                      const Tensor& argmax) {
+  if (x.device().is_cuda()) {
+    B().MaxPool2dForward(T(x), s, x.raw_data(), y.raw_data(), argmax.data<int64_t>(), S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
+    kc::MaxPool2dForward<scalar_t>(s, x.data<scalar_t>(), y.data<scalar_t>(),
+                                   argmax.data<int64_t>());
+  });
+}
+
+void MaxPool2dBackward(const Pool2dShape& s, const Tensor& gy, const Tensor& argmax,
+                       const Tensor& gx) {
+  if (gy.device().is_cuda()) {
+    B().MaxPool2dBackward(T(gy), s, gy.raw_data(), argmax.data<int64_t>(), gx.raw_data(), S(gy));
+    return;
+  }
+  TY_DISPATCH_FLOATING(gy.dtype(), "max_pool2d backward", [&] {
+    kc::MaxPool2dBackward<scalar_t>(s, gy.data<scalar_t>(), argmax.data<int64_t>(),
+                                    gx.data<scalar_t>());
+  });
+}
+
+void AvgPool2dForward(const Pool2dShape& s, bool count_include_pad, const Tensor& x,
+                      const Tensor& y) {
+  if (x.device().is_cuda()) {
+    B().AvgPool2dForward(T(x), s, count_include_pad, x.raw_data(), y.raw_data(), S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "avg_pool2d", [&] {
+    kc::AvgPool2dForward<scalar_t>(s, count_include_pad, x.data<scalar_t>(), y.data<scalar_t>());
+  });
+}
+
+void AvgPool2dBackward(const Pool2dShape& s, bool count_include_pad, const Tensor& gy,
+                       const Tensor& gx) {
+  if (gy.device().is_cuda()) {
+    B().AvgPool2dBackward(T(gy), s, count_include_pad, gy.raw_data(), gx.raw_data(), S(gy));
+    return;
+  }
+  TY_DISPATCH_FLOATING(gy.dtype(), "avg_pool2d backward", [&] {
+    kc::AvgPool2dBackward<scalar_t>(s, count_include_pad, gy.data<scalar_t>(), gx.data<scalar_t>());
+  });
+}
+
+void AdaptiveAvgPool2dForward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
+  if (x.device().is_cuda()) {
+    B().AdaptiveAvgPool2dForward(T(x), s, x.raw_data(), y.raw_data(), S(x));
+    return;
+  }
+  TY_DISPATCH_FLOATING(x.dtype(), "adaptive_avg_pool2d", [&] {
+    kc::AdaptiveAvgPool2dForward<scalar_t>(s, x.data<scalar_t>(), y.data<scalar_t>());
+  });
+}
+
+void AdaptiveAvgPool2dBackward(const Pool2dShape& s, const Tensor& gy, const Tensor& gx) {
+  if (gy.device().is_cuda()) {
+    B().AdaptiveAvgPool2dBackward(T(gy), s, gy.raw_data(), gx.raw_data(), S(gy));
+    return;
+  }
+  TY_DISPATCH_FLOATING(gy.dtype(), "adaptive_avg_pool2d backward", [&] {
+    kc::AdaptiveAvgPool2dBackward<scalar_t>(s, gy.data<scalar_t>(), gx.data<scalar_t>());
+  });
+}
+
+}  // namespace trainyard::device
