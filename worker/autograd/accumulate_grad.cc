@@ -1,6 +1,7 @@
 #include "worker/autograd/accumulate_grad.h"
 
 #include "kernels/cpu/elementwise.h"
+#include "worker/tensor/device_kernels.h"
 
 namespace trainyard::autograd {
 namespace {
@@ -11,10 +12,7 @@ void AddInPlace(const Tensor& leaf_grad, const Tensor& g) {
                                g.strides().data()};
   auto it = kernels::cpu::MakeIter(static_cast<int>(leaf_grad.dim()), leaf_grad.shape().data(), 3,
                                    strides);
-  TY_DISPATCH_FLOATING(leaf_grad.dtype(), "gradient accumulation", [&] {
-    kernels::cpu::Binary<scalar_t>(kernels::cpu::BinaryOp::kAdd, it, leaf_grad.data<scalar_t>(),
-                                   leaf_grad.data<scalar_t>(), g.data<scalar_t>(), scalar_t(1));
-  });
+  device::Binary(kernels::cpu::BinaryOp::kAdd, it, leaf_grad, leaf_grad, g, 1);
   leaf_grad.BumpVersion();
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "worker/autograd/autocast.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/grad_mode.h"
 #include "worker/autograd/node.h"
@@ -49,8 +50,12 @@ class RngReplay {
 // Edges: one per input. Outputs: one per output of fn.
 class CheckpointBackward final : public Node {
  public:
-  CheckpointBackward(CheckpointFn fn, std::vector<GeneratorState> rng, bool preserve_rng)
-      : fn_(std::move(fn)), rng_(std::move(rng)), preserve_rng_(preserve_rng) {}
+  CheckpointBackward(CheckpointFn fn, std::vector<GeneratorState> rng, bool preserve_rng,
+                     DType autocast)
+      : fn_(std::move(fn)),
+        rng_(std::move(rng)),
+        preserve_rng_(preserve_rng),
+        autocast_(autocast) {}
   const char* name() const override { return "CheckpointBackward"; }
   GradList Apply(GradList&& grads) override;
 
@@ -61,6 +66,7 @@ class CheckpointBackward final : public Node {
   CheckpointFn fn_;
   std::vector<GeneratorState> rng_;  // at the forward call
   bool preserve_rng_;
+  DType autocast_;  // AutocastDType() at the forward call
 };
 
 std::vector<Tensor> CheckpointBackward::DetachedInputs() const {
@@ -82,7 +88,8 @@ GradList CheckpointBackward::Apply(GradList&& grads) {
   const std::vector<Tensor> inputs = DetachedInputs();
   std::vector<Tensor> outputs;
   {
-    EnableGradGuard enable_grad;  // the engine runs Apply with grad mode off
+    EnableGradGuard enable_grad;  // the engine runs Apply with grad mode and autocast off
+    AutocastGuard autocast(autocast_);
     std::optional<RngReplay> replay;
     if (preserve_rng_) replay.emplace(rng_);
     outputs = fn_(inputs);
@@ -135,7 +142,7 @@ std::vector<Tensor> Checkpoint(CheckpointFn fn, const std::vector<Tensor>& input
     outputs = fn(inputs);
   }
   auto node = std::make_shared<CheckpointBackward>(std::move(fn), std::move(rng),
-                                                   options.preserve_rng_state);
+                                                   options.preserve_rng_state, AutocastDType());
   for (const Tensor& in : inputs) {
     node->add_edge(GradientEdge(in));
     node->Save(in);

@@ -21,6 +21,9 @@
 //    then puts each generator back where it was, so dropout draws the same masks and the
 //    generators end as if no recompute had happened. While a recompute runs, no other thread
 //    may draw from those generators.
+//  - Autocast: the recompute runs under the autocast dtype the forward call ran with
+//    (worker/autograd/autocast.h), so it computes what the forward did although the engine
+//    runs backward with autocast off.
 //  - Only inputs that require grad make a checkpoint: when grad mode is off, or no input
 //    requires grad, Checkpoint just calls fn (with grad mode as it is: captured parameters
 //    then get an ordinary graph and correct gradients, but no memory is saved).

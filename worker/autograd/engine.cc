@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "worker/autograd/accumulate_grad.h"
+#include "worker/autograd/autocast.h"
 #include "worker/autograd/grad_mode.h"
 #include "worker/autograd/node.h"
 #include "worker/tensor/factories.h"
@@ -158,6 +159,8 @@ Status Engine::Execute(Node* node, Task& task) {
 }
 
 Status Engine::Run(const std::shared_ptr<Node>& root, size_t num_results) {
+  // Nodes and hooks compute in the dtypes their forward saved (Note [Autocast policy]).
+  AutocastGuard no_autocast(DType::kFloat32);
   results_.assign(num_results, Tensor());
   tasks_.reserve(64);
   Prepare(root.get());

@@ -7,7 +7,8 @@
 // Semantics follow PyTorch: leaves accumulate into .grad; non-leaves keep a gradient only after
 // RetainGrad(); saved tensors are released after use unless retain_graph; a non-scalar root
 // needs an explicit gradient (a vector-Jacobian product). Backward computations do not record
-// a graph (no create_graph).
+// a graph (no create_graph) and run with autocast off, hooks included (Note [Autocast policy] in
+// worker/autograd/autocast.h).
 #pragma once
 
 #include <vector>

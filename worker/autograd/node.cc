@@ -3,6 +3,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "worker/autograd/accumulate_grad.h"
 #include "worker/autograd/grad_mode.h"
+#include "worker/tensor/device_kernels.h"
 
 namespace trainyard::autograd {
 namespace {
@@ -159,10 +160,7 @@ void AccumulateInto(Tensor& slot, const Tensor& g) {
   Tensor out = exclusive ? slot : Empty(slot.shape(), slot.options());
   const int64_t* strides[3] = {out.strides().data(), slot.strides().data(), g.strides().data()};
   auto it = kernels::cpu::MakeIter(static_cast<int>(out.dim()), out.shape().data(), 3, strides);
-  TY_DISPATCH_FLOATING(out.dtype(), "gradient accumulation", [&] {
-    kernels::cpu::Binary<scalar_t>(kernels::cpu::BinaryOp::kAdd, it, out.data<scalar_t>(),
-                                   slot.data<scalar_t>(), g.data<scalar_t>(), scalar_t(1));
-  });
+  device::Binary(kernels::cpu::BinaryOp::kAdd, it, out, slot, g, 1);  // on the grads' device
   if (!exclusive) slot = out;
 }
 

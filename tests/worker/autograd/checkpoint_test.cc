@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 
+#include "worker/autograd/autocast.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/grad_mode.h"
 #include "worker/autograd/hooks.h"
@@ -349,6 +350,29 @@ TEST(CheckpointTest, ModifyingAnInputInPlaceAfterTheForwardIsAnError) {
   Status s = Backward(Sum(y));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("CheckpointBackward"), std::string::npos) << s;
+}
+
+TEST(CheckpointTest, RecomputeRunsUnderTheAutocastDTypeOfTheForward) {
+  Generator gen(kSeed);
+  Tensor w = Param({4}, &gen, 1.0);
+  Tensor x = Param({4}, &gen, 1.0);
+  std::vector<DType> seen;
+  auto fn = [&](const Tensor& in) {
+    seen.push_back(AutocastDType());
+    return Mul(in, w);
+  };
+  Tensor y;
+  {
+    AutocastGuard bf16(DType::kBFloat16);
+    y = Checkpoint(fn, x);
+  }
+  {
+    AutocastGuard fp16(DType::kFloat16);  // the caller's state at backward does not matter
+    ASSERT_TRUE(Backward(Sum(y)).ok());
+  }
+  // Forward, then the recompute inside backward (where the engine has autocast off).
+  EXPECT_EQ(seen, (std::vector<DType>{DType::kBFloat16, DType::kBFloat16}));
+  EXPECT_EQ(Vec(w.grad()), Vec(x));
 }
 
 }  // namespace
