@@ -11,6 +11,7 @@
 #include "worker/ops/record.h"
 #include "worker/ops/softmax.h"
 #include "worker/ops/views.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::ops {
@@ -38,9 +39,63 @@ void CheckAttention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_c
       << kName << ": pass either is_causal or attn_mask, not both";
 }
 
-// keep[i, j] = j <= i: (L, S) bool.
-Tensor CausalKeep(int64_t l, int64_t s) {
-  return Le(Reshape(Arange(s), {1, s}), Reshape(Arange(l), {l, 1}));
+// keep[i, j] = j <= i: (L, S) bool on `device`.
+Tensor CausalKeep(int64_t l, int64_t s, Device device) {
+  Tensor keep = Le(Reshape(Arange(s), {1, s}), Reshape(Arange(l), {l, 1}));
+  return device.is_cpu() ? keep : CopyToDevice(keep, device);
+}
+
+// The CUDA fused kernel (flash-attention style, kernels/cuda/attention.cu) takes what the CPU
+// one does, with value size equal to the query size, at most 128, and causal only when square.
+bool UseCudaFusedKernel(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
+  return q.device().is_cuda() && q.size(-1) == v.size(-1) && q.size(-1) <= 128 &&
+         (!is_causal || q.size(-2) == k.size(-2));
+}
+
+GradList CudaAttentionBackward(const Node& n, const Tensor& gout, bool is_causal, double scale) {
+  const Tensor &q = n.saved(0), &k = n.saved(1), &v = n.saved(2), &out = n.saved(3);
+  const Tensor& lse = n.saved(4);
+  const int64_t l = q.size(-2), s = k.size(-2), e = q.size(-1);
+  const int64_t batch = q.numel() / (l * e);
+  Tensor g = ContiguousData(gout);
+  Tensor gq = Empty(q.shape(), q.options()), gk = Empty(k.shape(), k.options());
+  Tensor gv = Empty(v.shape(), v.options());
+  CudaBackend().AttentionBackward(ToScalarType(q.dtype()), batch, l, s, e, is_causal, scale,
+                                  q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
+                                  lse.data<float>(), g.raw_data(), gq.raw_data(), gk.raw_data(),
+                                  gv.raw_data(), ComputeStream(q.device()));
+  GradList r(3);
+  if (NeedsGrad(n, 0)) r[0] = gq;
+  if (NeedsGrad(n, 1)) r[1] = gk;
+  if (NeedsGrad(n, 2)) r[2] = gv;
+  return r;
+}
+
+// q: (*, L, E), k and v: (*, S, E) on CUDA, through the fused kernel; saves out and the rows'
+// log-sum-exp (f32) for the backward, which recomputes the probabilities.
+Tensor CudaFusedAttention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                          bool is_causal, double scale) {
+  Tensor q = ContiguousData(q_in), k = ContiguousData(k_in), v = ContiguousData(v_in);
+  const int64_t l = q.size(-2), s = k.size(-2), e = q.size(-1);
+  const int64_t batch = q.numel() / (l * e);
+  Tensor out = Empty(q.shape(), q.options());
+  Tensor lse = Empty({batch, l}, q.options().set_dtype(DType::kFloat32));
+  CudaBackend().AttentionForward(ToScalarType(q.dtype()), batch, l, s, e, is_causal, scale,
+                                 q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
+                                 lse.data<float>(), ComputeStream(q.device()));
+  if (ShouldRecord({&q_in, &k_in, &v_in})) {
+    auto node = Record("ScaledDotProductFlashAttentionBackward0", {&q_in, &k_in, &v_in},
+                       [is_causal, scale](Node& n, GradList&& g) {
+                         return CudaAttentionBackward(n, g[0], is_causal, scale);
+                       });
+    node->Save(q);
+    node->Save(k);
+    node->Save(v);
+    node->Save(out, /*is_output=*/true);
+    node->Save(lse);
+    SetHistory(out, node);
+  }
+  return out;
 }
 
 // The fused kernel (kernels/cpu/attention.h) takes attention without a mask, or causal,
@@ -145,17 +200,23 @@ Tensor FusedAttention(const Tensor& q, const Tensor& k, const Tensor& v, bool is
 
 }  // namespace
 
-Tensor ScaledDotProductAttention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                                 const Tensor& attn_mask, double scale) {
+Tensor ScaledDotProductAttention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                 bool is_causal, const Tensor& attn_mask, double scale) {
+  const Tensor q = AutocastLow(q_in);
+  const Tensor k = AutocastLow(k_in);
+  const Tensor v = AutocastLow(v_in);
   CheckAttention(q, k, v, is_causal, attn_mask);
   const int64_t l = q.size(-2), s = k.size(-2);
   const double sc = scale == 0 ? 1 / std::sqrt(static_cast<double>(q.size(-1))) : scale;
-  if (UseFusedKernel(q, k, v, attn_mask)) return FusedAttention(q, k, v, is_causal, sc);
+  if (UseFusedKernel(q, k, v, attn_mask)) {
+    if (UseCudaFusedKernel(q, k, v, is_causal)) return CudaFusedAttention(q, k, v, is_causal, sc);
+    if (q.device().is_cpu()) return FusedAttention(q, k, v, is_causal, sc);
+  }
   // The reference: composed of differentiable ops.
   Tensor scores = MulScalar(Matmul(q, Transpose(k, -2, -1)), sc);  // (*, L, S)
   const Tensor blocked = Scalar(-std::numeric_limits<double>::infinity(), q.options());
   if (is_causal) {
-    scores = Where(CausalKeep(l, s), scores, blocked);
+    scores = Where(CausalKeep(l, s, q.device()), scores, blocked);
   } else if (attn_mask.defined() &&
              (attn_mask.dtype() == DType::kBool || attn_mask.dtype() == DType::kUInt8)) {
     scores = Where(attn_mask, scores, blocked);

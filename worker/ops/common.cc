@@ -1,7 +1,9 @@
 #include "worker/ops/common.h"
 
+#include "worker/autograd/autocast.h"
 #include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
+#include "worker/tensor/device_kernels.h"
 
 namespace trainyard::ops {
 
@@ -53,14 +55,47 @@ Tensor SumToShape(const Tensor& grad, const Shape& shape) {
 
 void CheckFloating(const Tensor& a, const char* op_name) {
   TY_CHECK(a.defined()) << op_name << ": undefined tensor";
-  TY_CHECK(a.dtype() == DType::kFloat32 || a.dtype() == DType::kFloat64)
-      << op_name << ": dtype " << DTypeName(a.dtype())
-      << " is not supported; use float32 or float64";
+  TY_CHECK(device::ComputesIn(a.device(), a.dtype()))
+      << op_name << ": dtype " << DTypeName(a.dtype()) << " is not supported on "
+      << a.device().ToString() << "; use "
+      << (a.device().is_cpu() ? "float32 or float64" : "float32, bfloat16 or float16");
+}
+
+DType PromoteTypes(DType a, DType b) {
+  if (a == b || !IsFloating(a) || !IsFloating(b)) return a;
+  if (a == DType::kFloat64 || b == DType::kFloat64) return DType::kFloat64;
+  return DType::kFloat32;  // f32 with a 16-bit type, or bf16 with f16
+}
+
+Tensor PromoteTo(const Tensor& x, const Tensor& other) {
+  return To(x, PromoteTypes(x.dtype(), other.dtype()));
+}
+
+Tensor AutocastLow(const Tensor& x) {
+  if (!x.defined() || !autograd::AutocastEnabled()) return x;
+  const DType d = x.dtype();
+  if (!IsFloating(d) || d == DType::kFloat64) return x;
+  const DType low = autograd::AutocastDType();
+  if (x.device().is_cuda()) return To(x, low);
+  return d == DType::kFloat32 ? To(To(x, low), DType::kFloat32) : To(x, DType::kFloat32);
+}
+
+Tensor AutocastF32(const Tensor& x) {
+  if (!x.defined() || !autograd::AutocastEnabled()) return x;
+  const DType d = x.dtype();
+  return d == DType::kBFloat16 || d == DType::kFloat16 ? To(x, DType::kFloat32) : x;
+}
+
+void CheckSameDevice(const Tensor& a, const Tensor& b, const char* op_name) {
+  TY_CHECK(a.device() == b.device())
+      << op_name << ": tensors are on different devices (" << a.device().ToString() << " and "
+      << b.device().ToString() << "); move one with To(device)";
 }
 
 void CheckSameFloating(const Tensor& a, const Tensor& b, const char* op_name) {
   CheckFloating(a, op_name);
   CheckFloating(b, op_name);
+  CheckSameDevice(a, b, op_name);
   TY_CHECK(a.dtype() == b.dtype()) << op_name << ": dtypes differ (" << DTypeName(a.dtype())
                                    << " and " << DTypeName(b.dtype()) << "); convert one with To()";
 }

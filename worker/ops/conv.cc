@@ -3,6 +3,8 @@
 #include "kernels/cpu/conv.h"
 #include "worker/ops/common.h"
 #include "worker/ops/record.h"
+#include "worker/tensor/cuda_backend.h"
+#include "worker/tensor/device_kernels.h"
 
 namespace trainyard::ops {
 
@@ -71,10 +73,26 @@ kc::Conv2dShape ConvShapeFor(const Tensor& x, const Tensor& w, const Tensor& bia
   return s;
 }
 
+// The cuDNN description of a convolution.
+cuda::ConvDims CudaDims(const kc::Conv2dShape& s) {
+  cuda::ConvDims d;
+  d.n = s.batch, d.c = s.in_channels, d.h = s.height, d.w = s.width;
+  d.k = s.out_channels, d.r = s.kernel_h, d.s = s.kernel_w;
+  d.stride_h = s.stride_h, d.stride_w = s.stride_w, d.pad_h = s.pad_h, d.pad_w = s.pad_w;
+  d.dil_h = s.dilation_h, d.dil_w = s.dilation_w, d.groups = s.groups;
+  d.out_h = s.out_h, d.out_w = s.out_w;
+  return d;
+}
+
 // gx or gweight through the kernels; xs and ws are the contiguous saved input and weight.
 Tensor ConvInputGrad(const kc::Conv2dShape& s, const Tensor& gy, const Tensor& ws,
                      const Shape& x_shape) {
   Tensor gx = Empty(x_shape, gy.options());
+  if (gy.device().is_cuda()) {
+    CudaBackend().ConvBackwardData(ToScalarType(gy.dtype()), CudaDims(s), ws.raw_data(),
+                                   gy.raw_data(), gx.raw_data(), ComputeStream(gy.device()));
+    return gx;
+  }
   TY_DISPATCH_FLOATING(gy.dtype(), "conv2d backward", [&] {
     kc::Conv2dBackwardInput<scalar_t>(s, gy.data<scalar_t>(), ws.data<scalar_t>(),
                                       gx.data<scalar_t>());
@@ -85,6 +103,11 @@ Tensor ConvInputGrad(const kc::Conv2dShape& s, const Tensor& gy, const Tensor& w
 Tensor ConvWeightGrad(const kc::Conv2dShape& s, const Tensor& gy, const Tensor& xs,
                       const Shape& w_shape) {
   Tensor gw = Empty(w_shape, gy.options());
+  if (gy.device().is_cuda()) {
+    CudaBackend().ConvBackwardFilter(ToScalarType(gy.dtype()), CudaDims(s), xs.raw_data(),
+                                     gy.raw_data(), gw.raw_data(), ComputeStream(gy.device()));
+    return gw;
+  }
   TY_DISPATCH_FLOATING(gy.dtype(), "conv2d backward", [&] {
     kc::Conv2dBackwardWeight<scalar_t>(s, gy.data<scalar_t>(), xs.data<scalar_t>(),
                                        gw.data<scalar_t>());
@@ -93,11 +116,27 @@ Tensor ConvWeightGrad(const kc::Conv2dShape& s, const Tensor& gy, const Tensor& 
 }
 
 Tensor ConvBiasGrad(const kc::Conv2dShape& s, const Tensor& gy) {
+  if (gy.device().is_cuda()) {
+    // gy: (N, O, oH * oW) summed over N and the pixels, one reduction each.
+    Tensor per_image = Empty({s.batch, s.out_channels}, gy.options());
+    device::ReduceSum(gy, per_image, s.batch * s.out_channels, s.out_h * s.out_w, 1, 1);
+    Tensor gb = Empty({s.out_channels}, gy.options());
+    device::ReduceSum(per_image, gb, 1, s.batch, s.out_channels, 1);
+    return gb;
+  }
   Tensor gb = Empty({s.out_channels}, gy.options());
   TY_DISPATCH_FLOATING(gy.dtype(), "conv2d backward", [&] {
     kc::Conv2dBackwardBias<scalar_t>(s, gy.data<scalar_t>(), gb.data<scalar_t>());
   });
   return gb;
+}
+
+void ConvForwardCpu(const kc::Conv2dShape& s, const Tensor& xc, const Tensor& wc, const Tensor& bc,
+                    const Tensor& out) {
+  TY_DISPATCH_FLOATING(xc.dtype(), "conv2d", [&] {
+    kc::Conv2dForward<scalar_t>(s, xc.data<scalar_t>(), wc.data<scalar_t>(),
+                                bc.defined() ? bc.data<scalar_t>() : nullptr, out.data<scalar_t>());
+  });
 }
 
 // Saves what each gradient needs: the weight for gx, the input for gweight.
@@ -119,8 +158,11 @@ void RecordConv(const kc::Conv2dShape& s, const Tensor& x, const Tensor& weight,
 
 }  // namespace
 
-Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+Tensor Conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
               const Conv2dOptions& options) {
+  const Tensor x = AutocastLow(x_in);
+  const Tensor weight = AutocastLow(weight_in);
+  const Tensor bias = AutocastLow(bias_in);
   CheckSameFloating(x, weight, "conv2d");
   if (bias.defined()) CheckSameFloating(x, bias, "conv2d");
   const kc::Conv2dShape s = ConvShapeFor(x, weight, bias, options);
@@ -132,10 +174,17 @@ Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   out_shape[x.dim() - 2] = s.out_h;
   out_shape[x.dim() - 1] = s.out_w;
   Tensor out = Empty(out_shape, x.options());
-  TY_DISPATCH_FLOATING(x.dtype(), "conv2d", [&] {
-    kc::Conv2dForward<scalar_t>(s, xc.data<scalar_t>(), wc.data<scalar_t>(),
-                                bc.defined() ? bc.data<scalar_t>() : nullptr, out.data<scalar_t>());
-  });
+  if (x.device().is_cuda()) {
+    CudaBackend().ConvForward(ToScalarType(x.dtype()), CudaDims(s), xc.raw_data(), wc.raw_data(),
+                              out.raw_data(), ComputeStream(x.device()));
+    if (bc.defined()) {
+      // out (N, O, oH, oW) += bias viewed as (O, 1, 1).
+      Tensor b3 = MakeView(bc, {s.out_channels, 1, 1}, {1, 0, 0}, bc.offset());
+      device::Binary(kc::BinaryOp::kAdd, IterFor(out.shape(), {&out, &out, &b3}), out, out, b3, 1);
+    }
+  } else {
+    ConvForwardCpu(s, xc, wc, bc, out);
+  }
   if (ShouldRecord({&x, &weight, &bias})) RecordConv(s, x, weight, bias, xc, wc, out);
   return out;
 }

@@ -4,6 +4,7 @@
 #include "worker/ops/common.h"
 #include "worker/ops/elementwise.h"
 #include "worker/ops/record.h"
+#include "worker/tensor/device_kernels.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::ops {
@@ -29,11 +30,11 @@ Tensor Dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (p == 0 || !training) return x;
   if (gen == nullptr) gen = &DefaultGenerator();
   // Element i of x (in row-major order) is kept when mask[i] is 1.
-  Tensor mask =
-      p < 1 ? Empty(x.shape(), Options(DType::kUInt8)) : Zeros(x.shape(), Options(DType::kUInt8));
+  const TensorOptions u8 = Options(DType::kUInt8).set_device(x.device());
+  Tensor mask = p < 1 ? Empty(x.shape(), u8) : Zeros(x.shape(), u8);
   if (p < 1) {
     const uint64_t offset = gen->Reserve(kc::CountersFor(mask.numel()));
-    kc::FillBernoulli(mask.numel(), mask.data<uint8_t>(), gen->seed(), offset, 1 - p);
+    device::FillBernoulli(mask, gen->seed(), offset, 1 - p);
   }
   const double scale = p < 1 ? 1 / (1 - p) : 0;
   Tensor out;

@@ -7,6 +7,7 @@
 #include "worker/ops/common.h"
 #include "worker/ops/record.h"
 #include "worker/ops/views.h"
+#include "worker/tensor/device_kernels.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::ops {
@@ -22,22 +23,14 @@ Tensor BinaryForward(kc::BinaryOp op, const Tensor& a, const Tensor& b, double a
   CheckSameFloating(a, b, name);
   Shape shape = BroadcastShapes(a.shape(), b.shape(), name);
   Tensor out = Empty(shape, a.options());
-  auto it = IterFor(shape, {&out, &a, &b});
-  TY_DISPATCH_FLOATING(a.dtype(), name, [&] {
-    kc::Binary<scalar_t>(op, it, out.data<scalar_t>(), a.data<scalar_t>(), b.data<scalar_t>(),
-                         static_cast<scalar_t>(alpha));
-  });
+  device::Binary(op, IterFor(shape, {&out, &a, &b}), out, a, b, alpha);
   return out;
 }
 
 Tensor UnaryForward(kc::UnaryOp op, const Tensor& x, double alpha, double beta, const char* name) {
   CheckFloating(x, name);
   Tensor out = Empty(x.shape(), x.options());
-  auto it = IterFor(x.shape(), {&out, &x});
-  TY_DISPATCH_FLOATING(x.dtype(), name, [&] {
-    kc::Unary<scalar_t>(op, it, out.data<scalar_t>(), x.data<scalar_t>(),
-                        static_cast<scalar_t>(alpha), static_cast<scalar_t>(beta));
-  });
+  device::Unary(op, IterFor(x.shape(), {&out, &x}), out, x, alpha, beta);
   return out;
 }
 
@@ -45,30 +38,9 @@ Tensor CompareForward(kc::CompareOp op, const Tensor& a, const Tensor& b, const 
   TY_CHECK(a.dtype() == b.dtype()) << name << ": dtypes differ (" << DTypeName(a.dtype()) << " and "
                                    << DTypeName(b.dtype()) << ")";
   Shape shape = BroadcastShapes(a.shape(), b.shape(), name);
-  Tensor out = Empty(shape, Options(DType::kBool));
-  auto it = IterFor(shape, {&out, &a, &b});
-  auto* o = static_cast<uint8_t*>(out.raw_data());
-  switch (a.dtype()) {
-    case DType::kFloat32:
-      kc::Compare(op, it, o, a.data<float>(), b.data<float>());
-      break;
-    case DType::kFloat64:
-      kc::Compare(op, it, o, a.data<double>(), b.data<double>());
-      break;
-    case DType::kInt64:
-      kc::Compare(op, it, o, a.data<int64_t>(), b.data<int64_t>());
-      break;
-    case DType::kInt32:
-      kc::Compare(op, it, o, a.data<int32_t>(), b.data<int32_t>());
-      break;
-    case DType::kUInt8:
-    case DType::kBool:
-      kc::Compare(op, it, o, static_cast<const uint8_t*>(a.raw_data()),
-                  static_cast<const uint8_t*>(b.raw_data()));
-      break;
-    default:
-      TY_CHECK(false) << name << ": dtype " << DTypeName(a.dtype()) << " is not supported";
-  }
+  CheckSameDevice(a, b, name);
+  Tensor out = Empty(shape, Options(DType::kBool).set_device(a.device()));
+  device::Compare(op, IterFor(shape, {&out, &a, &b}), out, a, b);
   return out;
 }
 
@@ -80,12 +52,7 @@ void RecordUnary(kc::UnaryOp op, const Tensor& x, const Tensor& out, double alph
     Tensor ys = save_output ? ContiguousData(n.saved(1)) : Tensor();
     Tensor gc = ContiguousData(g[0]);
     Tensor gx = Empty(xs.shape(), xs.options());
-    TY_DISPATCH_FLOATING(xs.dtype(), "unary backward", [&] {
-      kc::UnaryBackward<scalar_t>(op, xs.numel(), xs.data<scalar_t>(),
-                                  save_output ? ys.data<scalar_t>() : nullptr, gc.data<scalar_t>(),
-                                  gx.data<scalar_t>(), static_cast<scalar_t>(alpha),
-                                  static_cast<scalar_t>(beta));
-    });
+    device::UnaryBackward(op, xs, ys, gc, gx, alpha, beta);
     return GradList{gx};
   });
   node->Save(x);
@@ -123,7 +90,9 @@ Tensor UnaryOp(int op, const Tensor& x, double alpha, double beta, const char* n
 }
 }  // namespace internal
 
-Tensor Add(const Tensor& a, const Tensor& b, double alpha) {
+Tensor Add(const Tensor& a0, const Tensor& b0, double alpha) {
+  const Tensor a = PromoteTo(a0, b0);
+  const Tensor b = PromoteTo(b0, a0);
   Tensor out = BinaryForward(kc::BinaryOp::kAdd, a, b, alpha, "add");
   if (ShouldRecord({&a, &b})) {
     auto node = Record("AddBackward0", {&a, &b},
@@ -139,7 +108,9 @@ Tensor Add(const Tensor& a, const Tensor& b, double alpha) {
   return out;
 }
 
-Tensor Sub(const Tensor& a, const Tensor& b, double alpha) {
+Tensor Sub(const Tensor& a0, const Tensor& b0, double alpha) {
+  const Tensor a = PromoteTo(a0, b0);
+  const Tensor b = PromoteTo(b0, a0);
   Tensor out = BinaryForward(kc::BinaryOp::kSub, a, b, alpha, "sub");
   if (ShouldRecord({&a, &b})) {
     auto node = Record("SubBackward0", {&a, &b},
@@ -154,7 +125,9 @@ Tensor Sub(const Tensor& a, const Tensor& b, double alpha) {
   return out;
 }
 
-Tensor Mul(const Tensor& a, const Tensor& b) {
+Tensor Mul(const Tensor& a0, const Tensor& b0) {
+  const Tensor a = PromoteTo(a0, b0);
+  const Tensor b = PromoteTo(b0, a0);
   Tensor out = BinaryForward(kc::BinaryOp::kMul, a, b, 1, "mul");
   if (ShouldRecord({&a, &b})) {
     auto node =
@@ -171,7 +144,9 @@ Tensor Mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor Div(const Tensor& a, const Tensor& b) {
+Tensor Div(const Tensor& a0, const Tensor& b0) {
+  const Tensor a = PromoteTo(a0, b0);
+  const Tensor b = PromoteTo(b0, a0);
   Tensor out = BinaryForward(kc::BinaryOp::kDiv, a, b, 1, "div");
   if (ShouldRecord({&a, &b})) {
     auto node =
@@ -195,7 +170,9 @@ Tensor Div(const Tensor& a, const Tensor& b) {
 
 namespace {
 // Maximum/minimum: the gradient goes to the winner; ties split it in half, as in PyTorch.
-Tensor MaxMin(const Tensor& a, const Tensor& b, bool is_max) {
+Tensor MaxMin(const Tensor& a0, const Tensor& b0, bool is_max) {
+  const Tensor a = PromoteTo(a0, b0);
+  const Tensor b = PromoteTo(b0, a0);
   Tensor out = BinaryForward(is_max ? kc::BinaryOp::kMaximum : kc::BinaryOp::kMinimum, a, b, 1,
                              is_max ? "maximum" : "minimum");
   if (ShouldRecord({&a, &b})) {
@@ -226,7 +203,9 @@ Tensor MaxMin(const Tensor& a, const Tensor& b, bool is_max) {
 Tensor Maximum(const Tensor& a, const Tensor& b) { return MaxMin(a, b, true); }
 Tensor Minimum(const Tensor& a, const Tensor& b) { return MaxMin(a, b, false); }
 
-Tensor Pow(const Tensor& a, const Tensor& b) {
+Tensor Pow(const Tensor& a0, const Tensor& b0) {
+  const Tensor a = PromoteTo(a0, b0);
+  const Tensor b = PromoteTo(b0, a0);
   Tensor out = BinaryForward(kc::BinaryOp::kPow, a, b, 1, "pow");
   if (ShouldRecord({&a, &b})) {
     auto node =
@@ -280,17 +259,20 @@ Tensor MulScalar(const Tensor& a, double s) {
   return out;
 }
 
-Tensor Pow(const Tensor& a, double exponent) {
+Tensor Pow(const Tensor& a_in, double exponent) {
+  const Tensor a = AutocastF32(a_in);
   return internal::UnaryOp(static_cast<int>(kc::UnaryOp::kPow), a, exponent, 0, "PowBackward0",
                            false);
 }
 Tensor Neg(const Tensor& x) {
   return internal::UnaryOp(static_cast<int>(kc::UnaryOp::kNeg), x, 0, 0, "NegBackward0", false);
 }
-Tensor Exp(const Tensor& x) {
+Tensor Exp(const Tensor& x_in) {
+  const Tensor x = AutocastF32(x_in);
   return internal::UnaryOp(static_cast<int>(kc::UnaryOp::kExp), x, 0, 0, "ExpBackward0", true);
 }
-Tensor Log(const Tensor& x) {
+Tensor Log(const Tensor& x_in) {
+  const Tensor x = AutocastF32(x_in);
   return internal::UnaryOp(static_cast<int>(kc::UnaryOp::kLog), x, 0, 0, "LogBackward0", false);
 }
 Tensor Sqrt(const Tensor& x) {
@@ -307,18 +289,17 @@ Tensor Clamp(const Tensor& x, double lo, double hi) {
                            false);
 }
 
-Tensor Where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor Where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
+  const Tensor a = PromoteTo(a0, b0);
+  const Tensor b = PromoteTo(b0, a0);
   TY_CHECK(cond.dtype() == DType::kBool || cond.dtype() == DType::kUInt8)
       << "where: condition must be bool or uint8, got " << DTypeName(cond.dtype());
   CheckSameFloating(a, b, "where");
+  CheckSameDevice(cond, a, "where");
   Shape shape =
       BroadcastShapes(BroadcastShapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = Empty(shape, a.options());
-  auto it = IterFor(shape, {&out, &cond, &a, &b});
-  TY_DISPATCH_FLOATING(a.dtype(), "where", [&] {
-    kc::Where<scalar_t>(it, out.data<scalar_t>(), static_cast<const uint8_t*>(cond.raw_data()),
-                        a.data<scalar_t>(), b.data<scalar_t>());
-  });
+  device::Where(IterFor(shape, {&out, &cond, &a, &b}), out, cond, a, b);
   if (ShouldRecord({&a, &b})) {
     auto node =
         Record("WhereBackward0", {&a, &b}, [sa = a.shape(), sb = b.shape()](Node& n, GradList&& g) {
@@ -359,11 +340,8 @@ void AddInPlace(const Tensor& self, const Tensor& other, double alpha) {
   CheckInPlace(self, "add_", other);
   CheckSameFloating(self, other, "add_");
   CheckBroadcastsTo(self, other, "add_");
-  auto it = IterFor(self.shape(), {&self, &self, &other});
-  TY_DISPATCH_FLOATING(self.dtype(), "add_", [&] {
-    kc::Binary<scalar_t>(kc::BinaryOp::kAdd, it, self.data<scalar_t>(), self.data<scalar_t>(),
-                         other.data<scalar_t>(), static_cast<scalar_t>(alpha));
-  });
+  device::Binary(kc::BinaryOp::kAdd, IterFor(self.shape(), {&self, &self, &other}), self, self,
+                 other, alpha);
   self.BumpVersion();
 }
 
@@ -371,11 +349,8 @@ void MulInPlace(const Tensor& self, const Tensor& other) {
   CheckInPlace(self, "mul_", other);
   CheckSameFloating(self, other, "mul_");
   CheckBroadcastsTo(self, other, "mul_");
-  auto it = IterFor(self.shape(), {&self, &self, &other});
-  TY_DISPATCH_FLOATING(self.dtype(), "mul_", [&] {
-    kc::Binary<scalar_t>(kc::BinaryOp::kMul, it, self.data<scalar_t>(), self.data<scalar_t>(),
-                         other.data<scalar_t>(), scalar_t(1));
-  });
+  device::Binary(kc::BinaryOp::kMul, IterFor(self.shape(), {&self, &self, &other}), self, self,
+                 other, 1);
   self.BumpVersion();
 }
 
@@ -383,11 +358,7 @@ namespace {
 void AffineInPlace(const Tensor& self, double a, double b, const char* name) {
   CheckInPlace(self, name);
   CheckFloating(self, name);
-  auto it = IterFor(self.shape(), {&self, &self});
-  TY_DISPATCH_FLOATING(self.dtype(), name, [&] {
-    kc::Unary<scalar_t>(kc::UnaryOp::kAffine, it, self.data<scalar_t>(), self.data<scalar_t>(),
-                        static_cast<scalar_t>(a), static_cast<scalar_t>(b));
-  });
+  device::Unary(kc::UnaryOp::kAffine, IterFor(self.shape(), {&self, &self}), self, self, a, b);
   self.BumpVersion();
 }
 }  // namespace

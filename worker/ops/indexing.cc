@@ -5,6 +5,7 @@
 #include "worker/ops/elementwise.h"
 #include "worker/ops/record.h"
 #include "worker/ops/views.h"
+#include "worker/tensor/device_kernels.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/views.h"
 
@@ -17,7 +18,7 @@ using autograd::ShouldRecord;
 void CheckIndices(const Tensor& index, int64_t size, int64_t dim, const char* op_name) {
   TY_CHECK(index.dtype() == DType::kInt64)
       << op_name << ": indices must be int64, got " << DTypeName(index.dtype());
-  Tensor c = ContiguousData(index);
+  Tensor c = index.device().is_cpu() ? ContiguousData(index) : CopyToDevice(index, Device::Cpu());
   const int64_t* p = c.data<int64_t>();
   for (int64_t i = 0; i < c.numel(); ++i) {
     TY_CHECK(p[i] >= 0 && p[i] < size) << op_name << ": index " << p[i]
@@ -141,11 +142,9 @@ Tensor IndexSelect(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape fshape = front.shape();
   const int64_t row = fshape[0] == 0 ? 0 : front.numel() / fshape[0];
   fshape[0] = idx.numel();
+  CheckSameDevice(x, idx, "index_select");
   Tensor out_front = Empty(fshape, x.options());
-  TY_DISPATCH_FLOATING(x.dtype(), "index_select", [&] {
-    kc::IndexRows<scalar_t>(front.data<scalar_t>(), row, idx.data<int64_t>(), idx.numel(),
-                            out_front.data<scalar_t>());
-  });
+  device::IndexRows(front, row, idx, out_front);
   Tensor out = ContiguousData(dim == 0 ? out_front : views::Transpose(out_front, 0, dim));
   if (ShouldRecord({&x})) {
     auto node =
@@ -155,10 +154,7 @@ Tensor IndexSelect(const Tensor& x, int64_t dim, const Tensor& index) {
           std::swap(fs[0], fs[dim]);
           Tensor gx_front = Zeros(fs, g[0].options());
           Tensor gf = DimToFront(g[0], dim);
-          TY_DISPATCH_FLOATING(gf.dtype(), "index_select backward", [&] {
-            kc::IndexAddRows<scalar_t>(gx_front.data<scalar_t>(), row, idx.data<int64_t>(),
-                                       idx.numel(), gf.data<scalar_t>());
-          });
+          device::IndexAddRows(gx_front, row, idx, gf);
           return GradList{dim == 0 ? gx_front : views::Transpose(gx_front, 0, dim)};
         });
     node->Save(idx);
@@ -168,6 +164,26 @@ Tensor IndexSelect(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 namespace {
+// Runs fn on CPU copies of `inputs` and moves its result to like's device: gather and
+// scatter-add on CUDA tensors go through the CPU (no CUDA kernel yet; correct, not fast).
+// Inputs are converted to f32 there when their dtype is one the CPU does not compute in.
+template <typename F>
+Tensor OnCpu(const Tensor& like, std::initializer_list<const Tensor*> inputs, const F& fn) {
+  std::vector<Tensor> host;
+  for (const Tensor* t : inputs) {
+    if (t->device().is_cpu()) {
+      host.push_back(*t);
+      continue;
+    }
+    Tensor h = CopyToDevice(*t, Device::Cpu());
+    host.push_back(IsFloating(h.dtype()) && !device::ComputesIn(h.device(), h.dtype())
+                       ? ConvertTo(h, DType::kFloat32)
+                       : h);
+  }
+  Tensor out = fn(host);
+  return like.device().is_cpu() ? out : ConvertTo(CopyToDevice(out, like.device()), like.dtype());
+}
+
 void CheckGatherShapes(const Tensor& x, int64_t dim, const Tensor& index, const char* name) {
   TY_CHECK(index.dim() == x.dim())
       << name << ": index has " << index.dim() << " dims, input " << x.dim();
@@ -184,12 +200,15 @@ Tensor Gather(const Tensor& x, int64_t dim, const Tensor& index) {
   dim = WrapDim(dim, x.dim(), "gather");
   CheckGatherShapes(x, dim, index, "gather");
   Tensor idx = ContiguousData(index);
-  Tensor out = Empty(idx.shape(), x.options());
-  kc::ArrayRef xa{static_cast<int>(x.dim()), x.shape().data(), x.strides().data()};
-  kc::ArrayRef ia{static_cast<int>(idx.dim()), idx.shape().data(), idx.strides().data()};
-  TY_DISPATCH_FLOATING(x.dtype(), "gather", [&] {
-    kc::Gather<scalar_t>(x.data<scalar_t>(), xa, static_cast<int>(dim), idx.data<int64_t>(), ia,
-                         out.data<scalar_t>());
+  Tensor out = OnCpu(x, {&x, &idx}, [&](const std::vector<Tensor>& t) {
+    Tensor o = Empty(t[1].shape(), t[0].options());
+    kc::ArrayRef xa{static_cast<int>(t[0].dim()), t[0].shape().data(), t[0].strides().data()};
+    kc::ArrayRef ia{static_cast<int>(t[1].dim()), t[1].shape().data(), t[1].strides().data()};
+    TY_DISPATCH_FLOATING(t[0].dtype(), "gather", [&] {
+      kc::Gather<scalar_t>(t[0].data<scalar_t>(), xa, static_cast<int>(dim), t[1].data<int64_t>(),
+                           ia, o.data<scalar_t>());
+    });
+    return o;
   });
   if (ShouldRecord({&x})) {
     auto node = Record("GatherBackward0", {&x}, [shape = x.shape(), dim](Node& n, GradList&& g) {
@@ -209,12 +228,15 @@ Tensor ScatterAdd(const Tensor& self, int64_t dim, const Tensor& index, const Te
       << "scatter_add: src shape " << src.shape() << " must equal index shape " << index.shape();
   Tensor idx = ContiguousData(index);
   Tensor s = ContiguousData(src);
-  Tensor out = ConvertTo(self, self.dtype(), /*force_copy=*/true);
-  kc::ArrayRef oa{static_cast<int>(out.dim()), out.shape().data(), out.strides().data()};
-  kc::ArrayRef ia{static_cast<int>(idx.dim()), idx.shape().data(), idx.strides().data()};
-  TY_DISPATCH_FLOATING(self.dtype(), "scatter_add", [&] {
-    kc::ScatterAdd<scalar_t>(out.data<scalar_t>(), oa, static_cast<int>(dim), idx.data<int64_t>(),
-                             ia, s.data<scalar_t>());
+  Tensor out = OnCpu(self, {&self, &idx, &s}, [&](const std::vector<Tensor>& t) {
+    Tensor o = ConvertTo(t[0], t[0].dtype(), /*force_copy=*/true);
+    kc::ArrayRef oa{static_cast<int>(o.dim()), o.shape().data(), o.strides().data()};
+    kc::ArrayRef ia{static_cast<int>(t[1].dim()), t[1].shape().data(), t[1].strides().data()};
+    TY_DISPATCH_FLOATING(t[0].dtype(), "scatter_add", [&] {
+      kc::ScatterAdd<scalar_t>(o.data<scalar_t>(), oa, static_cast<int>(dim), t[1].data<int64_t>(),
+                               ia, t[2].data<scalar_t>());
+    });
+    return o;
   });
   if (ShouldRecord({&self, &src})) {
     auto node = Record("ScatterAddBackward0", {&self, &src}, [dim](Node& n, GradList&& g) {
@@ -258,6 +280,9 @@ Tensor OneHot(const Tensor& index, int64_t num_classes) {
   Tensor idx = ContiguousData(index);
   Shape shape = idx.shape();
   shape.push_back(num_classes);
+  if (!idx.device().is_cpu()) {
+    return CopyToDevice(OneHot(CopyToDevice(idx, Device::Cpu()), num_classes), idx.device());
+  }
   Tensor out = Zeros(shape, Options(DType::kInt64));
   int64_t* o = out.data<int64_t>();
   const int64_t* p = idx.data<int64_t>();
@@ -275,21 +300,16 @@ Tensor Embedding(const Tensor& weight, const Tensor& indices) {
   const int64_t d = weight.shape()[1];
   Shape shape = idx.shape();
   shape.push_back(d);
+  CheckSameDevice(weight, idx, "embedding");
   Tensor out = Empty(shape, weight.options());
-  TY_DISPATCH_FLOATING(weight.dtype(), "embedding", [&] {
-    kc::IndexRows<scalar_t>(w.data<scalar_t>(), d, idx.data<int64_t>(), idx.numel(),
-                            out.data<scalar_t>());
-  });
+  device::IndexRows(w, d, idx, out);
   if (ShouldRecord({&weight})) {
     auto node =
         Record("EmbeddingBackward0", {&weight}, [wshape = weight.shape()](Node& n, GradList&& g) {
           const Tensor& idx = n.saved(0);
           Tensor gw = Zeros(wshape, g[0].options());
           Tensor gc = ContiguousData(g[0]);
-          TY_DISPATCH_FLOATING(gc.dtype(), "embedding backward", [&] {
-            kc::IndexAddRows<scalar_t>(gw.data<scalar_t>(), wshape[1], idx.data<int64_t>(),
-                                       idx.numel(), gc.data<scalar_t>());
-          });
+          device::IndexAddRows(gw, wshape[1], idx, gc);
           return GradList{gw};
         });
     node->Save(idx);

@@ -9,6 +9,7 @@
 #include "worker/ops/record.h"
 #include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/views.h"
 
@@ -101,6 +102,60 @@ void BatchedGemm(const Operand& a, const Operand& b, const Shape& batch, int64_t
   }
 }
 
+// The one stride over all of `batch` with which strides walk it in row-major order, if any
+// (0 for a broadcast operand, the product stride for a folded batch).
+std::optional<int64_t> UniformBatchStride(const Shape& batch, const Shape& strides) {
+  if (batch.size() == 0) return 0;
+  for (int64_t d = 0; d + 1 < batch.size(); ++d) {
+    if (batch[d] == 1) continue;
+    if (strides[d] != strides[d + 1] * batch[d + 1]) return std::nullopt;
+  }
+  return strides[batch.size() - 1];
+}
+
+// The CUDA form of BatchedGemm: one cuBLASLt call over the whole batch when both operands walk
+// it with one stride each, else one call per batch index. `bias` (n entries) is added by the
+// epilogue when defined (then out is overwritten, not accumulated).
+void CudaBatchedGemm(const Operand& a, const Operand& b, const Shape& batch, int64_t m, int64_t n,
+                     int64_t k, bool accumulate, const Tensor& out, const Tensor& bias) {
+  cuda::GemmArgs g;
+  g.in = ToScalarType(a.data.dtype());
+  g.out = ToScalarType(out.dtype());
+  g.trans_a = a.layout.trans;
+  g.trans_b = b.layout.trans;
+  g.m = m, g.n = n, g.k = k;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.lda = a.layout.ld, g.ldb = b.layout.ld, g.ldc = n;
+  g.epilogue.bias = bias.defined() ? bias.raw_data() : nullptr;
+  const size_t esize = ElementSize(a.data.dtype());
+  const auto* pa = static_cast<const char*>(a.data.raw_data());
+  const auto* pb = static_cast<const char*>(b.data.raw_data());
+  auto* pc = static_cast<char*>(out.raw_data());
+  cuda::Stream stream = ComputeStream(out.device());
+  const auto sa = UniformBatchStride(batch, a.batch_strides);
+  const auto sb = UniformBatchStride(batch, b.batch_strides);
+  const int64_t count = batch.numel();
+  if (sa && sb && (count == 1 || !bias.defined())) {
+    g.a = pa, g.b = pb, g.c = pc;
+    g.stride_a = *sa, g.stride_b = *sb, g.stride_c = m * n;
+    g.batch = count;
+    CudaBackend().Gemm(g, stream);
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t oa = 0, ob = 0, rem = i;
+    for (int64_t d = batch.size() - 1; d >= 0; --d) {
+      const int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      oa += idx * a.batch_strides[d];
+      ob += idx * b.batch_strides[d];
+    }
+    g.a = pa + oa * esize, g.b = pb + ob * esize;
+    g.c = pc + i * m * n * ElementSize(out.dtype());
+    CudaBackend().Gemm(g, stream);
+  }
+}
+
 Shape BatchShape(const Tensor& t) { return Shape(t.shape().data(), t.dim() - 2); }
 // Product of all dims but the last: the row count of t flattened to 2-D.
 int64_t Rows(const Tensor& t) { return Shape(t.shape().data(), t.dim() - 1).numel(); }
@@ -116,9 +171,11 @@ Tensor RawReshape(const Tensor& x, const Shape& shape) {
 
 Tensor RawTranspose(const Tensor& t) { return views::Transpose(t, -1, -2); }
 
-// out: contiguous (*batch, m, n) = a: (*, m, k) @ b: (*, k, n) (+ out when accumulate).
-// Both operands are at least 2-D; batch is their broadcast batch shape. No autograd.
-void MatmulInto(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate) {
+// out: contiguous (*batch, m, n) = a: (*, m, k) @ b: (*, k, n) (+ out when accumulate, + bias
+// (n) when defined; bias only on CUDA, where the GEMM's epilogue adds it). Both operands are at
+// least 2-D; batch is their broadcast batch shape. No autograd.
+void MatmulInto(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate,
+                const Tensor& bias = Tensor()) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   if (out.numel() == 0) return;
   if (k == 0) {
@@ -127,6 +184,11 @@ void MatmulInto(const Tensor& a, const Tensor& b, const Tensor& out, bool accumu
   }
   Shape batch = BroadcastShapes(BatchShape(a), BatchShape(b), "matmul");
   Operand oa = MakeOperand(a, batch), ob = MakeOperand(b, batch);
+  if (out.device().is_cuda()) {
+    CudaBatchedGemm(oa, ob, batch, m, n, k, accumulate, out, bias);
+    return;
+  }
+  TY_CHECK(!bias.defined()) << "matmul: a fused bias is for CUDA only";
   TY_DISPATCH_FLOATING(a.dtype(), "matmul", [&] {
     BatchedGemm<scalar_t>(oa, ob, batch, m, n, k, accumulate, out.data<scalar_t>());
   });
@@ -192,7 +254,9 @@ void RecordMatmul(const Tensor& a, const Tensor& b, const Tensor& out, const Sha
 
 }  // namespace
 
-Tensor Matmul(const Tensor& a, const Tensor& b) {
+Tensor Matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = AutocastLow(a_in);
+  const Tensor b = AutocastLow(b_in);
   CheckSameFloating(a, b, "matmul");
   TY_CHECK(a.dim() >= 1 && b.dim() >= 1)
       << "matmul: both arguments need at least 1 dim, got shapes " << a.shape() << " and "
@@ -228,7 +292,10 @@ void CheckLinear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 }  // namespace
 
-Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor Linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = AutocastLow(x_in);
+  const Tensor weight = AutocastLow(weight_in);
+  const Tensor bias = AutocastLow(bias_in);
   CheckLinear(x, weight, bias);
   const int64_t in = weight.size(1), out_features = weight.size(0);
   const int64_t rows = Rows(x);
@@ -236,9 +303,15 @@ Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   shape[x.dim() - 1] = out_features;
   Tensor out = Empty(shape, x.options());
   Tensor out2 = RawReshape(out, {rows, out_features});  // (rows, out), a view
-  // x2: (rows, in) @ weight^T: (in, out), with the bias rows already in place (beta = 1).
-  if (bias.defined()) CopyInto(out2, bias);
-  MatmulInto(RawReshape(x, {rows, in}), RawTranspose(weight), out2, bias.defined());
+  // x2: (rows, in) @ weight^T: (in, out). The bias: on CUDA in the GEMM's epilogue; on the
+  // CPU its rows are put in place first and the GEMM accumulates onto them (beta = 1).
+  if (x.device().is_cuda()) {
+    MatmulInto(RawReshape(x, {rows, in}), RawTranspose(weight), out2, false,
+               bias.defined() ? ContiguousData(bias) : Tensor());
+  } else {
+    if (bias.defined()) CopyInto(out2, bias);
+    MatmulInto(RawReshape(x, {rows, in}), RawTranspose(weight), out2, bias.defined());
+  }
   if (ShouldRecord({&x, &weight, &bias})) {
     auto node = Record(bias.defined() ? "AddmmBackward0" : "MmBackward0", {&x, &weight, &bias},
                        [rows, in, out_features](Node& n, GradList&& g) {

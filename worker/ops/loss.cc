@@ -1,11 +1,11 @@
 #include "worker/ops/loss.h"
 
-#include "kernels/cpu/softmax.h"
 #include "worker/ops/common.h"
 #include "worker/ops/elementwise.h"
 #include "worker/ops/record.h"
 #include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
+#include "worker/tensor/device_kernels.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::ops {
@@ -27,7 +27,9 @@ Reduction ParseReduction(const std::string& reduction, const char* op_name) {
 }
 
 // Checks every target is ignore_index or a class in [0, c); returns how many are not ignored.
-int64_t CheckTargets(const Tensor& target, int64_t c, int64_t ignore_index) {
+int64_t CheckTargets(const Tensor& target_any, int64_t c, int64_t ignore_index) {
+  const Tensor target =
+      target_any.device().is_cpu() ? target_any : CopyToDevice(target_any, Device::Cpu());
   const int64_t* t = target.data<int64_t>();
   int64_t count = 0;
   for (int64_t i = 0; i < target.numel(); ++i) {
@@ -58,11 +60,8 @@ Tensor CrossEntropyRowsBackward(const Node& n, const Tensor& g, const CrossEntro
   const int64_t rows = x.size(0), c = x.size(1);
   Tensor gloss = RowGrads(g, rows, red, count);
   Tensor gx = Empty(x.shape(), x.options());
-  TY_DISPATCH_FLOATING(x.dtype(), "cross_entropy backward", [&] {
-    kc::CrossEntropyBackward<scalar_t>(x.data<scalar_t>(), t.data<int64_t>(), lse.data<scalar_t>(),
-                                       gloss.data<scalar_t>(), gx.data<scalar_t>(), rows, c,
-                                       o.ignore_index, static_cast<scalar_t>(o.label_smoothing));
-  });
+  device::CrossEntropyBackward(x, t, lse, ConvertTo(gloss, lse.dtype()), gx, rows, c,
+                               o.ignore_index, o.label_smoothing);
   return gx;
 }
 
@@ -74,13 +73,11 @@ Tensor CrossEntropyRows(const Tensor& logits, const Tensor& target, const CrossE
   Tensor t = ContiguousData(target);
   const int64_t rows = x.size(0), c = x.size(1);
   const int64_t count = CheckTargets(t, c, o.ignore_index);
-  Tensor loss = Empty({rows}, x.options());
-  Tensor lse = Empty({rows}, x.options());
-  TY_DISPATCH_FLOATING(x.dtype(), "cross_entropy", [&] {
-    kc::CrossEntropyForward<scalar_t>(x.data<scalar_t>(), t.data<int64_t>(), loss.data<scalar_t>(),
-                                      lse.data<scalar_t>(), rows, c, o.ignore_index,
-                                      static_cast<scalar_t>(o.label_smoothing));
-  });
+  CheckSameDevice(x, t, "cross_entropy");
+  const TensorOptions stats = x.options().set_dtype(device::StatsDType(x.device(), x.dtype()));
+  Tensor loss = Empty({rows}, stats);
+  Tensor lse = Empty({rows}, stats);
+  device::CrossEntropyForward(x, t, loss, lse, rows, c, o.ignore_index, o.label_smoothing);
   Tensor out = loss;
   if (red != Reduction::kNone) {
     autograd::NoGradGuard no_grad;
@@ -118,8 +115,9 @@ Tensor LogitsAsRows(const Tensor& logits, int64_t c) {
 
 }  // namespace
 
-Tensor CrossEntropy(const Tensor& logits, const Tensor& target,
+Tensor CrossEntropy(const Tensor& logits_in, const Tensor& target,
                     const CrossEntropyOptions& options) {
+  const Tensor logits = AutocastF32(logits_in);
   CheckFloating(logits, "cross_entropy");
   const Reduction red = ParseReduction(options.reduction, "cross_entropy");
   TY_CHECK(target.defined() && target.dtype() == DType::kInt64)
@@ -138,7 +136,9 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& target,
   return red == Reduction::kNone ? Reshape(loss, target.shape()) : loss;
 }
 
-Tensor MseLoss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+Tensor MseLoss(const Tensor& input_in, const Tensor& target_in, const std::string& reduction) {
+  const Tensor input = AutocastF32(input_in);
+  const Tensor target = AutocastF32(target_in);
   CheckSameFloating(input, target, "mse_loss");
   const Reduction red = ParseReduction(reduction, "mse_loss");
   const Shape shape = BroadcastShapes(input.shape(), target.shape(), "mse_loss");

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <utility>
 
-#include "kernels/cpu/norm.h"
 #include "worker/ops/common.h"
 #include "worker/ops/elementwise.h"
 #include "worker/ops/record.h"
+#include "worker/tensor/device_kernels.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::ops {
@@ -25,11 +25,6 @@ void CheckParam(const Tensor& p, const Tensor& x, const Shape& shape, const char
   CheckSameFloating(x, p, op_name);
   TY_CHECK(p.shape() == shape) << op_name << ": " << what << " shape " << p.shape() << " must be "
                                << shape;
-}
-
-template <typename T>
-T* DataOrNull(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
 }
 
 Tensor EmptyIf(bool needed, const Shape& shape, const Tensor& like) {
@@ -61,19 +56,17 @@ GradList LayerNormBackward(Node& node, const Tensor& gy, const Shape& normalized
   r[0] = EmptyIf(NeedsGrad(node, 0), x.shape(), x);
   r[1] = EmptyIf(NeedsGrad(node, 1), normalized_shape, x);
   r[2] = EmptyIf(NeedsGrad(node, 2), normalized_shape, x);
-  TY_DISPATCH_FLOATING(x.dtype(), "layer_norm backward", [&] {
-    kc::LayerNormBackward<scalar_t>(x.data<scalar_t>(), g.data<scalar_t>(), mean.data<scalar_t>(),
-                                    rstd.data<scalar_t>(), DataOrNull<scalar_t>(weight),
-                                    DataOrNull<scalar_t>(r[0]), DataOrNull<scalar_t>(r[1]),
-                                    DataOrNull<scalar_t>(r[2]), rows, n);
-  });
+  device::LayerNormBackward(x, g, mean, rstd, weight, r[0], r[1], r[2], rows, n);
   return r;
 }
 
 }  // namespace
 
-Tensor LayerNorm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                 const Tensor& bias, double eps) {
+Tensor LayerNorm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
+                 const Tensor& bias_in, double eps) {
+  const Tensor x = AutocastF32(x_in);
+  const Tensor weight = AutocastF32(weight_in);
+  const Tensor bias = AutocastF32(bias_in);
   CheckLayerNorm(x, normalized_shape, weight, bias);
   const int64_t n = normalized_shape.numel();
   const int64_t rows = Shape(x.shape().data(), x.dim() - normalized_shape.size()).numel();
@@ -81,15 +74,10 @@ Tensor LayerNorm(const Tensor& x, const Shape& normalized_shape, const Tensor& w
   Tensor w = weight.defined() ? ContiguousData(weight) : Tensor();
   Tensor b = bias.defined() ? ContiguousData(bias) : Tensor();
   Tensor y = Empty(x.shape(), x.options());
-  Tensor mean = Empty({rows}, x.options());
-  Tensor rstd = Empty({rows}, x.options());
-  if (n > 0) {
-    TY_DISPATCH_FLOATING(x.dtype(), "layer_norm", [&] {
-      kc::LayerNormForward<scalar_t>(
-          xc.data<scalar_t>(), DataOrNull<scalar_t>(w), DataOrNull<scalar_t>(b), y.data<scalar_t>(),
-          mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, n, static_cast<scalar_t>(eps));
-    });
-  }
+  const TensorOptions stats = x.options().set_dtype(device::StatsDType(x.device(), x.dtype()));
+  Tensor mean = Empty({rows}, stats);
+  Tensor rstd = Empty({rows}, stats);
+  if (n > 0) device::LayerNormForward(xc, w, b, y, mean, rstd, rows, n, eps);
   if (ShouldRecord({&x, &weight, &bias})) {
     auto node = Record("NativeLayerNormBackward0", {&x, &weight, &bias},
                        [normalized_shape](Node& n, GradList&& g) {
@@ -144,10 +132,7 @@ std::pair<Tensor, Tensor> BatchNormStats(const Tensor& xc, const Tensor& running
   }
   Tensor mean = Empty({c}, xc.options());
   Tensor var = Empty({c}, xc.options());  // biased
-  TY_DISPATCH_FLOATING(xc.dtype(), "batch_norm", [&] {
-    kc::BatchNormStats<scalar_t>(xc.data<scalar_t>(), mean.data<scalar_t>(), var.data<scalar_t>(),
-                                 outer, c, inner);
-  });
+  device::BatchNormStats(xc, mean, var, outer, c, inner);
   if (running_mean.defined()) {
     const double m = static_cast<double>(outer * inner);
     UpdateRunning(running_mean, mean, momentum);
@@ -167,20 +152,19 @@ GradList BatchNormBackward(Node& node, const Tensor& gy, bool training) {
   r[0] = EmptyIf(NeedsGrad(node, 0), x.shape(), x);
   r[1] = EmptyIf(NeedsGrad(node, 1), {c}, x);
   r[2] = EmptyIf(NeedsGrad(node, 2), {c}, x);
-  TY_DISPATCH_FLOATING(x.dtype(), "batch_norm backward", [&] {
-    kc::BatchNormBackward<scalar_t>(x.data<scalar_t>(), g.data<scalar_t>(), mean.data<scalar_t>(),
-                                    invstd.data<scalar_t>(), DataOrNull<scalar_t>(weight),
-                                    DataOrNull<scalar_t>(r[0]), DataOrNull<scalar_t>(r[1]),
-                                    DataOrNull<scalar_t>(r[2]), outer, c, inner, training);
-  });
+  device::BatchNormBackward(x, g, mean, invstd, weight, r[0], r[1], r[2], outer, c, inner,
+                            training);
   return r;
 }
 
 }  // namespace
 
-Tensor BatchNorm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                 const Tensor& weight, const Tensor& bias, bool training, double momentum,
+Tensor BatchNorm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var,
+                 const Tensor& weight_in, const Tensor& bias_in, bool training, double momentum,
                  double eps) {
+  const Tensor x = AutocastF32(x_in);
+  const Tensor weight = AutocastF32(weight_in);
+  const Tensor bias = AutocastF32(bias_in);
   CheckBatchNorm(x, running_mean, running_var, weight, bias, training);
   Tensor y = Empty(x.shape(), x.options());
   if (x.numel() == 0) return y;
@@ -189,11 +173,7 @@ Tensor BatchNorm(const Tensor& x, const Tensor& running_mean, const Tensor& runn
   Tensor w = weight.defined() ? ContiguousData(weight) : Tensor();
   Tensor b = bias.defined() ? ContiguousData(bias) : Tensor();
   const int64_t c = x.size(1), outer = x.size(0), inner = x.numel() / (outer * c);
-  TY_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
-    kc::BatchNormForward<scalar_t>(xc.data<scalar_t>(), mean.data<scalar_t>(),
-                                   invstd.data<scalar_t>(), DataOrNull<scalar_t>(w),
-                                   DataOrNull<scalar_t>(b), y.data<scalar_t>(), outer, c, inner);
-  });
+  device::BatchNormForward(xc, mean, invstd, w, b, y, outer, c, inner);
   if (ShouldRecord({&x, &weight, &bias})) {
     auto node =
         Record("NativeBatchNormBackward0", {&x, &weight, &bias},

@@ -4,6 +4,7 @@
 #include "kernels/cpu/pool.h"
 #include "worker/ops/common.h"
 #include "worker/ops/record.h"
+#include "worker/tensor/device_kernels.h"
 
 namespace trainyard::ops {
 
@@ -85,22 +86,16 @@ Tensor MaxPool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t st
             "max_pool2d", &s);
   Tensor xc = ContiguousData(x);
   Tensor out = Empty(PooledShape(x, s), x.options());
-  Tensor argmax = Empty(out.shape(), Options(DType::kInt64));
-  TY_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
-    kc::MaxPool2dForward<scalar_t>(s, xc.data<scalar_t>(), out.data<scalar_t>(),
-                                   argmax.data<int64_t>());
-  });
+  Tensor argmax = Empty(out.shape(), Options(DType::kInt64).set_device(x.device()));
+  device::MaxPool2dForward(s, xc, out, argmax);
   if (ShouldRecord({&x})) {
-    auto node = Record(
-        "MaxPool2DWithIndicesBackward0", {&x}, [s, x_shape = x.shape()](Node& n, GradList&& g) {
-          Tensor gy = ContiguousData(g[0]);
-          Tensor gx = Empty(x_shape, gy.options());
-          TY_DISPATCH_FLOATING(gy.dtype(), "max_pool2d backward", [&] {
-            kc::MaxPool2dBackward<scalar_t>(s, gy.data<scalar_t>(), n.saved(0).data<int64_t>(),
-                                            gx.data<scalar_t>());
-          });
-          return GradList{gx};
-        });
+    auto node = Record("MaxPool2DWithIndicesBackward0", {&x},
+                       [s, x_shape = x.shape()](Node& n, GradList&& g) {
+                         Tensor gy = ContiguousData(g[0]);
+                         Tensor gx = Empty(x_shape, gy.options());
+                         device::MaxPool2dBackward(s, gy, n.saved(0), gx);
+                         return GradList{gx};
+                       });
     node->Save(argmax);
     SetHistory(out, node);
   }
@@ -118,18 +113,13 @@ Tensor AvgPool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t st
   SetWindow({kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, 1, 1}, "avg_pool2d", &s);
   Tensor xc = ContiguousData(x);
   Tensor out = Empty(PooledShape(x, s), x.options());
-  TY_DISPATCH_FLOATING(x.dtype(), "avg_pool2d", [&] {
-    kc::AvgPool2dForward<scalar_t>(s, count_include_pad, xc.data<scalar_t>(), out.data<scalar_t>());
-  });
+  device::AvgPool2dForward(s, count_include_pad, xc, out);
   if (ShouldRecord({&x})) {
     auto node = Record("AvgPool2DBackward0", {&x},
                        [s, count_include_pad, x_shape = x.shape()](Node&, GradList&& g) {
                          Tensor gy = ContiguousData(g[0]);
                          Tensor gx = Empty(x_shape, gy.options());
-                         TY_DISPATCH_FLOATING(gy.dtype(), "avg_pool2d backward", [&] {
-                           kc::AvgPool2dBackward<scalar_t>(
-                               s, count_include_pad, gy.data<scalar_t>(), gx.data<scalar_t>());
-                         });
+                         device::AvgPool2dBackward(s, count_include_pad, gy, gx);
                          return GradList{gx};
                        });
     SetHistory(out, node);
@@ -150,17 +140,13 @@ Tensor AdaptiveAvgPool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   s.out_w = out_w;
   Tensor xc = ContiguousData(x);
   Tensor out = Empty(PooledShape(x, s), x.options());
-  TY_DISPATCH_FLOATING(x.dtype(), "adaptive_avg_pool2d", [&] {
-    kc::AdaptiveAvgPool2dForward<scalar_t>(s, xc.data<scalar_t>(), out.data<scalar_t>());
-  });
+  device::AdaptiveAvgPool2dForward(s, xc, out);
   if (ShouldRecord({&x})) {
     auto node =
         Record("AdaptiveAvgPool2DBackward0", {&x}, [s, x_shape = x.shape()](Node&, GradList&& g) {
           Tensor gy = ContiguousData(g[0]);
           Tensor gx = Empty(x_shape, gy.options());
-          TY_DISPATCH_FLOATING(gy.dtype(), "adaptive_avg_pool2d backward", [&] {
-            kc::AdaptiveAvgPool2dBackward<scalar_t>(s, gy.data<scalar_t>(), gx.data<scalar_t>());
-          });
+          device::AdaptiveAvgPool2dBackward(s, gy, gx);
           return GradList{gx};
         });
     SetHistory(out, node);

@@ -8,6 +8,7 @@
 #include "worker/ops/indexing.h"
 #include "worker/ops/record.h"
 #include "worker/ops/views.h"
+#include "worker/tensor/device_kernels.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/views.h"
 
@@ -72,16 +73,19 @@ Plan MakePlan(const Tensor& x, const std::vector<int64_t>& dims_in, const char* 
   return p;
 }
 
-Tensor SumImpl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, bool mean) {
+Tensor SumImpl(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim, bool mean) {
+  const Tensor x = AutocastF32(x_in);
   const char* name = mean ? "mean" : "sum";
   CheckFloating(x, name);
   Plan p = MakePlan(x, dims, name);
   Tensor out = Empty(keepdim ? p.out_shape : p.out_squeezed, x.options());
-  TY_DISPATCH_FLOATING(x.dtype(), name, [&] {
-    scalar_t scale = mean ? scalar_t(1) / static_cast<scalar_t>(p.k) : scalar_t(1);
-    kc::ReduceSum<scalar_t>(p.input.data<scalar_t>(), out.data<scalar_t>(), p.outer, p.k, p.inner,
-                            scale);
-  });
+  double scale = 1;
+  if (mean) {
+    // The CPU kernel takes the scale in the input's dtype, so round 1/k as it is there.
+    scale = x.dtype() == DType::kFloat32 ? static_cast<double>(1.0f / static_cast<float>(p.k))
+                                         : 1.0 / static_cast<double>(p.k);
+  }
+  device::ReduceSum(p.input, out, p.outer, p.k, p.inner, scale);
   if (ShouldRecord({&x})) {
     const char* node_name = dims.empty() ? (mean ? "MeanBackward0" : "SumBackward0")
                                          : (mean ? "MeanBackward1" : "SumBackward1");
@@ -108,8 +112,16 @@ Tensor Mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return SumImpl(x, dims, keepdim, true);
 }
 
-Tensor Var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+Tensor Var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  const Tensor x = AutocastF32(x_in);
   CheckFloating(x, "var");
+  if (x.device().is_cuda()) {
+    // CUDA has no fused variance kernel: sum((x - mean)^2) / (k - correction), differentiable.
+    Plan p = MakePlan(x, dims, "var");
+    Tensor d = Sub(x, Mean(x, dims, /*keepdim=*/true));
+    Tensor ss = Sum(Mul(d, d), dims, keepdim);
+    return MulScalar(ss, 1.0 / static_cast<double>(std::max<int64_t>(p.k - correction, 0)));
+  }
   Plan p = MakePlan(x, dims, "var");
   Tensor out = Empty(keepdim ? p.out_shape : p.out_squeezed, x.options());
   TY_DISPATCH_FLOATING(x.dtype(), "var", [&] {
@@ -144,11 +156,8 @@ std::pair<Tensor, Tensor> MaxMinDim(const Tensor& x, int64_t dim, bool keepdim, 
   Plan p = MakePlan(x, {d}, name);
   Shape shape = keepdim ? p.out_shape : p.out_squeezed;
   Tensor values = Empty(shape, x.options());
-  Tensor indices = Empty(shape, Options(DType::kInt64));
-  TY_DISPATCH_FLOATING(x.dtype(), name, [&] {
-    kc::ReduceMaxMin<scalar_t>(is_max, p.input.data<scalar_t>(), values.data<scalar_t>(),
-                               indices.data<int64_t>(), p.outer, p.k, p.inner);
-  });
+  Tensor indices = Empty(shape, Options(DType::kInt64).set_device(x.device()));
+  device::ReduceMaxMin(is_max, p.input, values, indices, p.outer, p.k, p.inner);
   if (ShouldRecord({&x})) {
     auto node = Record(is_max ? "MaxBackward0" : "MinBackward0", {&x},
                        [in_shape = x.shape(), kept = p.out_shape, d](Node& n, GradList&& g) {
@@ -169,10 +178,7 @@ Tensor MaxMinAll(const Tensor& x, bool is_max) {
   TY_CHECK(x.numel() > 0) << name << ": cannot reduce an empty tensor";
   Tensor flat = ContiguousData(x);
   Tensor out = Empty(Shape{}, x.options());
-  TY_DISPATCH_FLOATING(x.dtype(), name, [&] {
-    kc::ReduceMaxMin<scalar_t>(is_max, flat.data<scalar_t>(), out.data<scalar_t>(), nullptr, 1,
-                               flat.numel(), 1);
-  });
+  device::ReduceMaxMin(is_max, flat, out, Tensor(), 1, flat.numel(), 1);
   if (ShouldRecord({&x})) {
     auto node = Record(is_max ? "MaxBackward1" : "MinBackward1", {&x}, [](Node& n, GradList&& g) {
       const Tensor& xs = n.saved(0);

@@ -1,8 +1,8 @@
 #include "worker/ops/softmax.h"
 
-#include "kernels/cpu/softmax.h"
 #include "worker/ops/common.h"
 #include "worker/ops/record.h"
+#include "worker/tensor/device_kernels.h"
 #include "worker/tensor/views.h"
 
 namespace trainyard::ops {
@@ -40,14 +40,12 @@ Tensor SoftmaxBackward(const Tensor& y, const Tensor& gy, int64_t d, bool log) {
   Tensor gx = Empty(yt.shape(), yt.options());
   int64_t rows, n;
   RowsOf(yt, &rows, &n);
-  TY_DISPATCH_FLOATING(yt.dtype(), "softmax backward", [&] {
-    kc::SoftmaxBackward<scalar_t>(yt.data<scalar_t>(), gt.data<scalar_t>(), gx.data<scalar_t>(),
-                                  rows, n, log);
-  });
+  device::SoftmaxBackward(yt, gt, gx, rows, n, log);
   return DimBack(gx, d, ndim);
 }
 
-Tensor SoftmaxImpl(const Tensor& x, int64_t dim, bool log) {
+Tensor SoftmaxImpl(const Tensor& x_in, int64_t dim, bool log) {
+  const Tensor x = AutocastF32(x_in);
   const char* name = log ? "log_softmax" : "softmax";
   CheckFloating(x, name);
   const int64_t d = WrapDim(dim, x.dim(), name);
@@ -55,9 +53,7 @@ Tensor SoftmaxImpl(const Tensor& x, int64_t dim, bool log) {
   Tensor yt = Empty(xt.shape(), xt.options());
   int64_t rows, n;
   RowsOf(xt, &rows, &n);
-  TY_DISPATCH_FLOATING(x.dtype(), name, [&] {
-    kc::SoftmaxForward<scalar_t>(xt.data<scalar_t>(), yt.data<scalar_t>(), rows, n, log);
-  });
+  device::SoftmaxForward(xt, yt, rows, n, log);
   Tensor out = DimBack(yt, d, x.dim());
   if (ShouldRecord({&x})) {
     auto node = Record(log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {&x},

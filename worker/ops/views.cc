@@ -160,8 +160,14 @@ Tensor To(const Tensor& x, DType dtype) {
 StatusOr<Tensor> To(const Tensor& x, Device device) {
   RETURN_IF_ERROR(CheckDeviceAvailable(device));
   if (device == x.device()) return x;
-  return UnimplementedError("copies between " + x.device().ToString() + " and " +
-                            device.ToString() + " need the CUDA backend");
+  Tensor out = CopyToDevice(x, device);
+  if (ShouldRecord({&x})) {
+    auto node = Record("ToCopyBackward0", {&x}, [from = x.device()](Node&, GradList&& g) {
+      return GradList{CopyToDevice(g[0], from)};
+    });
+    SetHistory(out, node);
+  }
+  return out;
 }
 
 }  // namespace trainyard::ops
