@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/optim.h"
 #include "worker/optim/validate.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::optim {
@@ -73,6 +74,32 @@ void Adam::Update(const Tensor& param, const Tensor& grad, ParamState& state) {
     kc::AdamUpdate<scalar_t>(param.numel(), param.data<scalar_t>(), grad.data<scalar_t>(),
                              exp_avg.data<scalar_t>(), exp_avg_sq.data<scalar_t>(), state.step, h);
   });
+}
+
+void Adam::UpdateAll(const std::vector<PendingUpdate>& updates) {
+  // CUDA parameters go through the multi-tensor kernel: one launch per distinct step count
+  // (usually one), instead of one per parameter.
+  std::map<int64_t, std::vector<cuda::AdamTensor>> by_step;
+  Device device;
+  for (const PendingUpdate& u : updates) {
+    if (u.param->device().is_cpu()) {
+      Update(*u.param, u.grad, *u.state);
+      continue;
+    }
+    device = u.param->device();
+    Tensor& exp_avg = u.state->buffers[kExpAvg];
+    Tensor& exp_avg_sq = u.state->buffers[kExpAvgSq];
+    if (!exp_avg.defined()) exp_avg = ZerosLike(*u.param);
+    if (!exp_avg_sq.defined()) exp_avg_sq = ZerosLike(*u.param);
+    by_step[u.state->step].push_back(cuda::AdamTensor{u.param->data<float>(), u.grad.data<float>(),
+                                                      exp_avg.data<float>(),
+                                                      exp_avg_sq.data<float>(), u.param->numel()});
+  }
+  for (const auto& [step, tensors] : by_step) {
+    CudaBackend().AdamMulti(tensors.data(), static_cast<int>(tensors.size()), step, options_.lr,
+                            options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+                            decoupled_weight_decay_, /*found_inf=*/nullptr, ComputeStream(device));
+  }
 }
 
 std::map<std::string, double> Adam::Hyperparameters() const {

@@ -53,6 +53,7 @@ class Adam : public Optimizer {
   static Status ValidateAs(const std::string& owner, const AdamOptions& options);
 
   void Update(const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void UpdateAll(const std::vector<PendingUpdate>& updates) override;
   std::map<std::string, double> Hyperparameters() const override;
   StatusOr<std::vector<std::string>> CheckHyperparameters(
       const std::map<std::string, double>& h) const override;

@@ -3,27 +3,30 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/optim.h"
 #include "worker/autograd/grad_mode.h"
 #include "worker/ops/elementwise.h"
 #include "worker/optim/validate.h"
+#include "worker/tensor/device_kernels.h"
 
 namespace trainyard::optim {
 namespace {
 
-namespace kc = kernels::cpu;
-
-// sum |g|^p over all grads (p finite), or max |g| (p infinite).
+// sum |g|^p over all grads (p finite), or max |g| (p infinite). Each gradient's part is
+// written into one float64 tensor on its device, read back with one copy.
 double Accumulate(const std::vector<Tensor>& grads, double p) {
   const bool inf = std::isinf(p);
   double acc = 0;
-  for (const Tensor& g : grads) {
-    const Tensor c = ContiguousData(g);
-    double part = 0;
-    TY_DISPATCH_FLOATING(c.dtype(), "clip_grad_norm", [&] {
-      part = inf ? kc::MaxAbs(c.data<scalar_t>(), c.numel())
-                 : kc::SumAbsPow(c.data<scalar_t>(), c.numel(), p);
-    });
+  if (grads.empty()) return acc;
+  const Device device = grads[0].device();
+  Tensor parts =
+      Empty({static_cast<int64_t>(grads.size())}, Options(DType::kFloat64).set_device(device));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    TY_CHECK(grads[i].device() == device)
+        << "clip_grad_norm: gradients are on " << device.ToString() << " and "
+        << grads[i].device().ToString();
+    device::NormPowInto(ContiguousData(grads[i]), p, parts, static_cast<int64_t>(i));
+  }
+  for (double part : ToVector<double>(parts)) {
     if (inf) {
       acc = (part != part || acc != acc) ? std::numeric_limits<double>::quiet_NaN()
                                          : std::max(acc, part);

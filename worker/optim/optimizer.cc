@@ -27,9 +27,10 @@ Status CheckParam(const std::string& owner, const std::string& name, const Tenso
     return InvalidArgumentError(what + " is " + DTypeName(t.dtype()) +
                                 "; optimizers update float32 or float64 parameters");
   }
-  if (!t.device().is_cpu()) {
-    return InvalidArgumentError(what + " is on " + t.device().ToString() +
-                                "; this optimizer updates cpu parameters");
+  if (t.device().is_cuda() && t.dtype() != DType::kFloat32) {
+    return InvalidArgumentError(what + " is " + DTypeName(t.dtype()) + " on " +
+                                t.device().ToString() +
+                                "; CUDA parameters are float32 (master weights under autocast)");
   }
   if (!t.is_contiguous()) {
     return InvalidArgumentError(what + " is not contiguous; pass the parameter, not a view");
@@ -56,13 +57,11 @@ StatusOr<int64_t> ReadStep(const std::string& owner, const std::string& key, con
                               "; it must be at least 1");
 }
 
-// A buffer must match its parameter's dtype, shape and device.
+// A buffer must match its parameter's dtype and shape (it is moved to the parameter's device:
+// a checkpoint is read on the CPU).
 Status CheckBuffer(const std::string& owner, const std::string& key, const Tensor& t,
                    const std::string& param_name, const Tensor& param) {
-  if (t.defined() && t.dtype() == param.dtype() && t.shape() == param.shape() &&
-      t.device() == param.device()) {
-    return OkStatus();
-  }
+  if (t.defined() && t.dtype() == param.dtype() && t.shape() == param.shape()) return OkStatus();
   auto describe = [](const Tensor& x) {
     return std::string(DTypeName(x.dtype())) + " " + x.shape().ToString() + " on " +
            x.device().ToString();
@@ -99,15 +98,21 @@ Status Optimizer::CheckParams(const std::string& owner, const std::vector<NamedT
 
 void Optimizer::Step() {
   NoGradGuard no_grad;
+  std::vector<PendingUpdate> pending;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& param = params_[i].second;
     const Tensor grad = param.grad();
     if (!grad.defined()) continue;
     ParamState& state = states_[i];
     ++state.step;
-    Update(param, ContiguousData(grad), state);
-    param.BumpVersion();
+    pending.push_back(PendingUpdate{&param, ContiguousData(grad), &state});
   }
+  UpdateAll(pending);
+  for (const PendingUpdate& u : pending) u.param->BumpVersion();
+}
+
+void Optimizer::UpdateAll(const std::vector<PendingUpdate>& updates) {
+  for (const PendingUpdate& u : updates) Update(*u.param, u.grad, *u.state);
 }
 
 void Optimizer::ZeroGrad(bool set_to_none) {
@@ -220,7 +225,9 @@ StatusOr<ParamState> Optimizer::ReadParamState(size_t index,
       ASSIGN_OR_RETURN(state.step, ReadStep(name_, key, it->second));
     } else {
       RETURN_IF_ERROR(CheckBuffer(name_, key, it->second, name, param));
-      state.buffers[suffix] = ConvertTo(it->second, param.dtype(), /*force_copy=*/true);
+      state.buffers[suffix] = it->second.device() == param.device()
+                                  ? ConvertTo(it->second, param.dtype(), /*force_copy=*/true)
+                                  : CopyToDevice(it->second, param.device());
     }
   }
   return state;

@@ -71,12 +71,23 @@ class Optimizer {
   Optimizer(std::string name, std::vector<NamedTensor> params);
 
   // InvalidArgument naming the parameter when `params` is empty or holds an undefined,
-  // non-floating, non-CPU, non-contiguous, non-leaf or repeated tensor or a repeated name.
+  // non-floating (float32 or float64; float32 on CUDA), non-contiguous, non-leaf or repeated tensor
+  // or a repeated name.
   static Status CheckParams(const std::string& owner, const std::vector<NamedTensor>& params);
 
   // Updates `param` in place from `grad` (contiguous, same shape and dtype). `state.step`
   // already counts this update (1 on the first); buffers are created here on first use.
   virtual void Update(const Tensor& param, const Tensor& grad, ParamState& state) = 0;
+
+  // One parameter's update within a Step().
+  struct PendingUpdate {
+    const Tensor* param;
+    Tensor grad;  // contiguous
+    ParamState* state;
+  };
+  // Applies the updates of one Step(), in parameter order. The default calls Update on each;
+  // an optimizer with a multi-tensor kernel (Adam on CUDA) overrides it.
+  virtual void UpdateAll(const std::vector<PendingUpdate>& updates);
 
   // The current hyperparameters, "lr" included; the key set is fixed per class.
   virtual std::map<std::string, double> Hyperparameters() const = 0;

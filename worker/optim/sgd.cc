@@ -1,6 +1,7 @@
 #include "worker/optim/sgd.h"
 
 #include "kernels/cpu/optim.h"
+#include "worker/ops/elementwise.h"
 #include "worker/optim/validate.h"
 #include "worker/tensor/factories.h"
 
@@ -57,6 +58,26 @@ void SGD::set_lr(double lr) {
   options_.lr = lr;
 }
 
+// The update of kernels/cpu/optim.h SgdUpdate composed of in-place ops, for CUDA parameters
+// (one kernel per op: SGD is rarely what a GPU job uses; Adam has the fused kernel).
+void SGD::CudaUpdate(const Tensor& param, const Tensor& grad, const Tensor& buffer,
+                     bool first_step) const {
+  const SGDOptions& o = options_;
+  Tensor g = grad;
+  if (o.weight_decay != 0) g = ops::Add(grad, param, o.weight_decay);
+  Tensor step = g;
+  if (buffer.defined()) {
+    if (first_step) {
+      ops::CopyInPlace(buffer, g);
+    } else {
+      ops::MulScalarInPlace(buffer, o.momentum);
+      ops::AddInPlace(buffer, g, 1 - o.dampening);
+    }
+    step = o.nesterov ? ops::Add(g, buffer, o.momentum) : buffer;
+  }
+  ops::AddInPlace(param, step, -o.lr);
+}
+
 void SGD::Update(const Tensor& param, const Tensor& grad, ParamState& state) {
   const kc::SgdHyper h{options_.lr, options_.momentum, options_.dampening, options_.weight_decay,
                        options_.nesterov};
@@ -67,6 +88,10 @@ void SGD::Update(const Tensor& param, const Tensor& grad, ParamState& state) {
     first_step = !b.defined();
     if (first_step) b = EmptyLike(param);
     buffer = b;
+  }
+  if (param.device().is_cuda()) {
+    CudaUpdate(param, grad, buffer, first_step);
+    return;
   }
   TY_DISPATCH_FLOATING(param.dtype(), "sgd", [&] {
     kc::SgdUpdate<scalar_t>(param.numel(), param.data<scalar_t>(), grad.data<scalar_t>(),

@@ -43,6 +43,8 @@ class SGD : public Optimizer {
 
  private:
   SGD(std::vector<NamedTensor> params, const SGDOptions& options);
+  void CudaUpdate(const Tensor& param, const Tensor& grad, const Tensor& buffer,
+                  bool first_step) const;
 
   SGDOptions options_;
 };

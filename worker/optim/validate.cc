@@ -41,6 +41,18 @@ Status CheckPositive(const std::string& owner, const char* field, double value) 
   return Broken(owner, field, FormatValue(value), "finite and positive");
 }
 
+Status CheckAbove(const std::string& owner, const char* field, double value, double lo) {
+  if (std::isfinite(value) && value > lo) return OkStatus();
+  return Broken(owner, field, FormatValue(value), "finite and greater than " + FormatValue(lo));
+}
+
+Status CheckOpenInterval(const std::string& owner, const char* field, double value, double lo,
+                         double hi) {
+  if (value > lo && value < hi) return OkStatus();
+  return Broken(owner, field, FormatValue(value),
+                "in (" + FormatValue(lo) + ", " + FormatValue(hi) + ")");
+}
+
 Status CheckCountAtLeast(const std::string& owner, const char* field, int64_t value, int64_t lo) {
   if (value >= lo) return OkStatus();
   return Broken(owner, field, std::to_string(value), "at least " + std::to_string(lo));

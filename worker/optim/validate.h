@@ -19,6 +19,11 @@ Status CheckBetween(const std::string& owner, const char* field, double value, d
                     double hi);
 // value > 0, value finite.
 Status CheckPositive(const std::string& owner, const char* field, double value);
+// lo < value, value finite.
+Status CheckAbove(const std::string& owner, const char* field, double value, double lo);
+// lo < value < hi.
+Status CheckOpenInterval(const std::string& owner, const char* field, double value, double lo,
+                         double hi);
 // lo <= value (integers: step counts).
 Status CheckCountAtLeast(const std::string& owner, const char* field, int64_t value, int64_t lo);
 
