@@ -27,7 +27,8 @@ Tensor CausalAttentionWeights(const Tensor& q, const Tensor& k) {
   const int64_t t = q.size(-2);
   Tensor att = ops::MulScalar(ops::Matmul(q, ops::Transpose(k, -2, -1)),
                               1 / std::sqrt(static_cast<double>(q.size(-1))));
-  const Tensor future = ops::Gt(ops::Reshape(Arange(t), {1, t}), ops::Reshape(Arange(t), {t, 1}));
+  const Tensor pos = Arange(t, Options(DType::kInt64).set_device(q.device()));
+  const Tensor future = ops::Gt(ops::Reshape(pos, {1, t}), ops::Reshape(pos, {t, 1}));
   att = ops::MaskedFill(att, future, -std::numeric_limits<double>::infinity());
   return ops::Softmax(att, -1);
 }
@@ -196,7 +197,8 @@ Tensor Gpt::Forward(const Tensor& idx) {
   const int64_t t = idx.size(1);
   TY_CHECK(t >= 1 && t <= config_.context) << "GPT: cannot forward a sequence of length " << t
                                            << "; the context (block size) is " << config_.context;
-  Tensor x = ops::Add(wte_->Forward(idx), wpe_->Forward(Arange(t)));  // (B, T, C)
+  const Tensor pos = Arange(t, Options(DType::kInt64).set_device(idx.device()));
+  Tensor x = ops::Add(wte_->Forward(idx), wpe_->Forward(pos));  // (B, T, C)
   x = drop_->Forward(x);
   for (size_t i = 0; i < h_->size(); ++i) x = ForwardBlock(h_->at(i), x);
   return lm_head_->Forward(ln_f_->Forward(x));  // (B, T, vocab_size)

@@ -196,4 +196,10 @@ Status Module::LoadStateDict(const NamedTensors& state, bool strict) {
   return OkStatus();
 }
 
+Status Module::To(Device device) {
+  RETURN_IF_ERROR(CheckDeviceAvailable(device));
+  for (const auto& [name, t] : StateDict()) MoveToDevice(t, device);
+  return OkStatus();
+}
+
 }  // namespace trainyard::nn

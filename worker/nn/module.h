@@ -77,6 +77,11 @@ class Module {
   void Eval() { Train(false); }
   bool is_training() const { return training_; }
 
+  // Moves every parameter and buffer (with their gradients) to `device` in place, so handles
+  // held by submodules and optimizers follow (torch's Module.to(device)). FailedPrecondition
+  // where the device is not available; nothing moves then.
+  Status To(Device device);
+
   // Drops every parameter's gradient (set_to_none, PyTorch's default), or zeroes it in place.
   void ZeroGrad(bool set_to_none = true);
 

@@ -27,7 +27,13 @@ Tensor BatchNorm2d::Forward(const Tensor& x) {
       << "BatchNorm2d: expected more than 1 value per channel when training, got input size "
       << x.shape();
   Tensor y = ops::BatchNorm(x, running_mean_, running_var_, weight_, bias_, true, momentum_, eps_);
-  num_batches_tracked_.data<int64_t>()[0] += 1;
+  if (num_batches_tracked_.device().is_cpu()) {
+    num_batches_tracked_.data<int64_t>()[0] += 1;
+  } else {  // device memory: counted through a host copy
+    Tensor n = CopyToDevice(num_batches_tracked_, Device::Cpu());
+    n.data<int64_t>()[0] += 1;
+    CopyInto(num_batches_tracked_, n);
+  }
   num_batches_tracked_.BumpVersion();
   return y;
 }

@@ -24,7 +24,7 @@ class BatchNorm2d : public Module {
   const Tensor& bias() const { return bias_; }
   const Tensor& running_mean() const { return running_mean_; }
   const Tensor& running_var() const { return running_var_; }
-  int64_t num_batches_tracked() const { return num_batches_tracked_.data<int64_t>()[0]; }
+  int64_t num_batches_tracked() const { return ToVector<int64_t>(num_batches_tracked_)[0]; }
 
  private:
   double eps_, momentum_;
