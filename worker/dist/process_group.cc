@@ -117,4 +117,14 @@ Status WaitFor(const ProcessGroup& group, Work& work) {
   return work.Wait(timeout + timeout / 4 + std::chrono::seconds(1));
 }
 
+Status AllReduceHost(ProcessGroup& group, const Tensor& host, ReduceOp op, Device device) {
+  TY_CHECK(host.device().is_cpu() && host.is_contiguous())
+      << "AllReduceHost takes a contiguous CPU tensor";
+  const Tensor t = device.is_cpu() ? host : CopyToDevice(host, device);
+  std::shared_ptr<Work> work = group.AllReduce(t, op);
+  RETURN_IF_ERROR(WaitFor(group, *work));
+  if (!device.is_cpu()) CopyInto(host, t);
+  return OkStatus();
+}
+
 }  // namespace trainyard::dist

@@ -142,4 +142,9 @@ Status JoinGroup(Store& store, const std::string& backend, int rank, int size,
 // that timeout, so this only fires if the backend misbehaves).
 Status WaitFor(const ProcessGroup& group, Work& work);
 
+// All-reduces `host`, a small CPU tensor, in place and waits: through a copy on `device` when
+// that is a CUDA device (NCCL reduces device memory only), else directly. For the few scalars
+// ranks agree on (step numbers, losses, the used-parameter bitmap).
+Status AllReduceHost(ProcessGroup& group, const Tensor& host, ReduceOp op, Device device);
+
 }  // namespace trainyard::dist

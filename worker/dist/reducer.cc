@@ -119,7 +119,8 @@ Status Reducer::State::Init() {
       b.numel += params_[k].second.numel();
     }
     const int64_t padded = (b.numel + world - 1) / world * world;
-    b.buffer = Zeros(Shape{padded}, Options(params_[members.front()].second.dtype()));
+    const Tensor& first = params_[members.front()].second;
+    b.buffer = Zeros(Shape{padded}, first.options());
     if (options_.shard_gradients) {
       const int64_t chunk = padded / world;
       b.shard = Zeros(Shape{chunk}, b.buffer.options());
@@ -220,7 +221,7 @@ void Reducer::State::Launch(size_t b) {
   if (options_.shard_gradients) {
     comm_out_[b] = comm.dtype() == bucket.shard.dtype()
                        ? bucket.shard
-                       : Empty(bucket.shard.shape(), Options(comm.dtype()));
+                       : Empty(bucket.shard.shape(), comm.options());
     works_[b] = group_->ReduceScatter(comm_out_[b], comm, op);
   } else {
     works_[b] = group_->AllReduce(comm, op);
@@ -232,8 +233,7 @@ Status Reducer::State::ReduceUsedBitmap(const std::vector<char>& used_here,
   Tensor used = Zeros(Shape{static_cast<int64_t>(params_.size())}, Options(DType::kFloat32));
   float* u = used.data<float>();
   for (size_t k = 0; k < params_.size(); ++k) u[k] = used_here[k] ? 1.f : 0.f;
-  std::shared_ptr<Work> work = group_->AllReduce(used, ReduceOp::kMax);
-  RETURN_IF_ERROR(WaitFor(*group_, *work));
+  RETURN_IF_ERROR(AllReduceHost(*group_, used, ReduceOp::kMax, params_.front().second.device()));
   used_anywhere->resize(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) (*used_anywhere)[k] = u[k] > 0;
   return OkStatus();

@@ -6,6 +6,7 @@
 
 #include "worker/autograd/grad_mode.h"
 #include "worker/ops/elementwise.h"
+#include "worker/tensor/device_kernels.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::dist {
@@ -110,17 +111,19 @@ Status ZeroOptimizer::Step() {
 }
 
 StatusOr<double> ZeroOptimizer::ClipGradNorm(double max_norm) {
-  Tensor sq = Zeros(Shape{1}, Options(DType::kFloat64));
-  double local = 0;
-  for (const Bucket& bucket : reducer_->buckets()) {
-    TY_DISPATCH_FLOATING(bucket.shard.dtype(), "zero: gradient norm", [&] {
-      const scalar_t* g = bucket.shard.data<scalar_t>();
-      for (int64_t i = 0; i < bucket.shard.numel(); ++i) local += double(g[i]) * double(g[i]);
-    });
+  // Each shard's sum of squares into one float64 tensor on the shards' device, summed on the
+  // host, then across ranks.
+  const std::vector<Bucket>& buckets = reducer_->buckets();
+  const Device device = buckets.front().shard.device();
+  Tensor parts =
+      Empty({static_cast<int64_t>(buckets.size())}, Options(DType::kFloat64).set_device(device));
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    device::NormPowInto(buckets[i].shard, 2, parts, static_cast<int64_t>(i));
   }
-  sq.data<double>()[0] = local;
-  std::shared_ptr<Work> work = reducer_->group().AllReduce(sq, ReduceOp::kSum);
-  RETURN_IF_ERROR(WaitFor(reducer_->group(), *work));
+  double local = 0;
+  for (double part : ToVector<double>(parts)) local += part;
+  Tensor sq = FromVector<double>({local}, Shape{1});
+  RETURN_IF_ERROR(AllReduceHost(reducer_->group(), sq, ReduceOp::kSum, device));
   const double total = std::sqrt(sq.data<double>()[0]);
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1) {

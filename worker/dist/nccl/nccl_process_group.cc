@@ -11,9 +11,13 @@
 // communicators are not thread-safe; one owner keeps both simple and callers never block.
 // An op's timeout counts from when it becomes the oldest in flight, so ops queued behind a
 // slow one are not charged for its time.
-// The stream is non-blocking: it does not wait for the legacy default stream or any other
-// stream. Inputs must be ready on the device before the op is issued (synchronize the stream
-// that produced them); the CUDA backend will hand its compute stream's event over instead.
+// The stream is non-blocking: it does not wait for the legacy default stream. Instead each op
+// records an event on the engine's compute stream of the group's device when it is queued
+// (the caller's thread, right after the kernels that produced its inputs were issued), and
+// the group's stream waits for that event before the NCCL call: the all-reduce of a bucket
+// starts on the GPU as soon as its gradients exist, while backward goes on on the compute
+// stream. Without the CUDA backend loaded (tests that hand in raw device memory) there is no
+// compute stream, and inputs must be ready when the op is issued.
 //
 // Note [Engine code in the library]
 // The library links the engine's static libraries (Work, Status, Tensor) with their symbols
@@ -30,6 +34,7 @@
 #include <cstring>
 
 #include "worker/dist/nccl_loader.h"
+#include "worker/tensor/cuda_backend.h"
 
 namespace trainyard::dist {
 namespace {
@@ -333,7 +338,7 @@ std::shared_ptr<Work> NcclProcessGroup::Enqueue(const std::string& what, const s
   NoteIssued(next_seq_);
   auto work = std::make_shared<Work>(what + " #" + std::to_string(next_seq_++) + suffix);
   work->set_bytes(bytes);
-  queued_.push_back(Op{work, std::move(launch), std::move(owners), nullptr, {}});
+  queued_.push_back(Op{work, std::move(launch), std::move(owners), nullptr, {}, ReadyEvent()});
   cv_.notify_all();
   return work;
 }
@@ -359,7 +364,23 @@ void NcclProcessGroup::Loop() {
   Drain();
 }
 
+// An event recorded now on the compute stream of the group's device, or null without the CUDA
+// backend (Note [NCCL streams and completion]).
+CUevent_st* NcclProcessGroup::ReadyEvent() const {
+  StatusOr<kernels::cuda::Backend*> backend = LoadCudaBackend();
+  if (!backend.ok()) return nullptr;
+  cudaEvent_t ev = nullptr;
+  if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return nullptr;
+  cudaEventRecord(ev, static_cast<cudaStream_t>((*backend)->ComputeStream(device_)));
+  return ev;
+}
+
 void NcclProcessGroup::LaunchOp(Op op) {
+  if (op.ready != nullptr) {
+    cudaStreamWaitEvent(stream_, op.ready, 0);
+    cudaEventDestroy(op.ready);  // the wait is queued; the event may go
+    op.ready = nullptr;
+  }
   if (!broken_.ok()) {
     op.work->Finish(
         AbortedError(op.work->name() +
@@ -431,6 +452,7 @@ void NcclProcessGroup::Drain() {
     left.swap(queued_);
   }
   for (Op& op : left) {
+    if (op.ready != nullptr) cudaEventDestroy(op.ready);
     op.work->Finish(CancelledError(op.work->name() +
                                    ": cancelled: the process group was destroyed before it ran"));
   }

@@ -95,9 +95,11 @@ class NcclProcessGroup final : public ProcessGroup {
     std::vector<std::shared_ptr<const void>> owners;  // kept alive until the op completes
     CUevent_st* event = nullptr;                      // recorded on the stream after the call
     Clock::time_point since;                          // when it became the oldest op in flight
+    CUevent_st* ready = nullptr;  // on the compute stream: inputs produced (Note [NCCL streams])
   };
 
   NcclProcessGroup(int rank, int size, ProcessGroupOptions options, int device);
+  CUevent_st* ReadyEvent() const;
   // Creates the stream, the barrier's scratch word and the communicator, then starts the thread.
   Status Init(const std::string& unique_id);
   Status InitComm(const std::string& unique_id);
