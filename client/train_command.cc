@@ -96,6 +96,7 @@ class Progress {
           std::chrono::duration<double>(now - first_).count() / static_cast<double>(steps_);
     }
     ++steps_;
+    skipped_ += m.skipped;
     loss_ = loss_ < 0 ? m.loss : 0.9 * loss_ + 0.1 * m.loss;
     if (quiet_) return;
     const bool last = m.step == m.total_steps;
@@ -113,8 +114,18 @@ class Progress {
         Fixed(100.0 * m.step / m.total_steps, 1) + "%)  epoch " + std::to_string(m.epoch + 1) +
         "  loss " + Fixed(loss_, 4) + "  lr " + ShortNumber(m.lr) + "  " + Grouped(rate) +
         (text_ ? " tokens/s" : " samples/s") + "  ETA " +
-        FormatDuration(step_seconds_ * static_cast<double>(m.total_steps - m.step)) + Comm(m);
+        FormatDuration(step_seconds_ * static_cast<double>(m.total_steps - m.step)) + Scaler(m) +
+        Comm(m);
     Print(line, /*keep=*/!tty_);
+  }
+
+  // precision fp16: the loss scale and how many steps this run skipped for inf/NaN gradients.
+  std::string Scaler(const trainer::StepMetrics& m) const {
+    if (m.loss_scale <= 0) return "";
+    char scale[32];
+    std::snprintf(scale, sizeof(scale), "%.6g", m.loss_scale);
+    return "  loss scale " + std::string(scale) +
+           (skipped_ > 0 ? " (" + std::to_string(skipped_) + " steps skipped)" : "");
   }
 
   // This step's gradient all-reduce on rank 0: running time, the part backward did not hide,
@@ -165,6 +176,7 @@ class Progress {
   bool quiet_, text_, tty_;
   bool open_ = false;
   int64_t steps_ = 0;                            // steps seen
+  int64_t skipped_ = 0;                          // of them, skipped by the loss scaler
   int64_t units_ = 0;                            // samples (tokens for text) after the first step
   std::chrono::steady_clock::time_point first_;  // when the first step ended
   double step_seconds_ = 0;
@@ -197,6 +209,7 @@ Json SummaryJson(const trainer::TrainSummary& s) {
       {"interrupted", s.interrupted},
       {"world_size", s.world_size},
       {"optimizer_state_bytes", s.optimizer_state_bytes},
+      {"skipped_steps", s.skipped_steps},
   });
 }
 
@@ -208,6 +221,10 @@ void PrintSummary(const trainer::TrainSummary& s, bool text) {
                     ", " + Grouped(text ? s.tokens_per_second : s.samples_per_second) +
                     (text ? " tokens/s\n" : " samples/s\n");
   out += "  train loss   " + Fixed(s.final_train_loss, 4) + " (mean of the last 50 steps)\n";
+  if (s.skipped_steps > 0) {
+    out += "  skipped      " + std::to_string(s.skipped_steps) +
+           " steps (fp16 gradients overflowed; the loss scale was lowered)\n";
+  }
   if (s.eval) {
     out += "  eval         loss " + Fixed(s.eval->loss, 4) + ", accuracy " +
            Fixed(100 * s.eval->accuracy, 2) + "% on " +

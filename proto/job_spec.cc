@@ -515,8 +515,8 @@ void VisitJob(V& v, JobSpec& s) {
     m.Int("max_batches", &s.eval.max_batches, 0, kMaxSteps);
     m.Int("batch_size", &s.eval.batch_size, 0, kMaxBatch);
   });
-  v.Choice("precision", &s.precision, {"fp32"});
-  v.Choice("device", &s.device, {"cpu"});
+  v.Choice("precision", &s.precision, {"fp32", "bf16", "fp16"});
+  v.Choice("device", &s.device, {"cpu", "cuda"});
   v.Uint64("seed", &s.seed);
   v.Message("checkpoint", true, [&](V& m) {
     m.String("dir", &s.checkpoint.dir);

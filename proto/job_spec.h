@@ -192,8 +192,8 @@ struct JobSpec {
   int64_t steps = 0;   // set at most one of steps and epochs;
   int64_t epochs = 0;  // ParseJobSpec makes epochs 1 when neither is set
   EvalSpec eval;
-  std::string precision = "fp32";
-  std::string device = "cpu";
+  std::string precision = "fp32";  // fp32, bf16 or fp16: the compute dtype of matrix products
+  std::string device = "cpu";      // cpu or cuda
   uint64_t seed = 0;
   CheckpointSpec checkpoint;
   double grad_clip_norm = 0;

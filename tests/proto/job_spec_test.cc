@@ -175,7 +175,44 @@ TEST(JobSpecTest, ListsEveryProblemWithItsPathValueAndRange) {
   EXPECT_THAT(text, HasSubstr("model.mlp.dropout = 1.0: must be in [0, 1)"));
   EXPECT_THAT(text, HasSubstr("optimizer.sgd.lr = -0.5: must be finite and >= 0"));
   EXPECT_THAT(text, HasSubstr("data.num_workers = 65: must be in [0, 64]"));
-  EXPECT_THAT(text, HasSubstr("device = \"tpu\": allowed: \"cpu\""));
+  EXPECT_THAT(text, HasSubstr("device = \"tpu\": allowed: one of \"cpu\", \"cuda\""));
+}
+
+TEST(JobSpecTest, PrecisionIsFp32Bf16OrFp16AndDeviceIsCpuOrCuda) {
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
+    for (const char* device : {"cpu", "cuda"}) {
+      Json json = Minimal();
+      json.Set("precision", precision);
+      json.Set("device", device);
+      StatusOr<JobSpec> spec = ParseJobSpec(json);
+      ASSERT_TRUE(spec.ok()) << precision << " on " << device << ": " << spec.status();
+      EXPECT_EQ(spec->precision, precision);
+      EXPECT_EQ(spec->device, device);
+      EXPECT_EQ(ResolvedBackend(*spec), std::string(device) == "cuda" ? "nccl" : "gloo");
+      EXPECT_EQ(*ToJson(*spec).Find("precision"), Json(precision));
+    }
+  }
+  Json json = Minimal();
+  json.Set("precision", "fp8");
+  json.Set("device", "cuda:0");
+  std::string text = ProblemsOf(json);
+  EXPECT_THAT(text, HasSubstr("invalid job spec (2 problems):"));
+  EXPECT_THAT(text, HasSubstr("precision = \"fp8\": allowed: one of \"fp32\", \"bf16\", "
+                              "\"fp16\""));
+  EXPECT_THAT(text, HasSubstr("device = \"cuda:0\": allowed: one of \"cpu\", \"cuda\""));
+}
+
+TEST(JobSpecTest, Fp16CannotBeCombinedWithZeroStageOne) {
+  Json json = Minimal();
+  json.Set("precision", "fp16");
+  SetPath(&json, "parallelism.world_size", 2);
+  SetPath(&json, "parallelism.zero_stage", 1);
+  EXPECT_THAT(ProblemsOf(json),
+              HasSubstr("precision = \"fp16\": cannot be combined with parallelism.zero_stage = "
+                        "1 (the loss scaler does not see sharded gradients); use bf16 or "
+                        "zero_stage 0"));
+  json.Set("precision", "bf16");
+  EXPECT_TRUE(ParseJobSpec(json).ok());
 }
 
 TEST(JobSpecTest, NamesMissingRequiredParts) {

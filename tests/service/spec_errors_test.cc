@@ -63,7 +63,8 @@ TEST(SpecErrorsTest, TwentyMalformedSpecsEachGetAClearErrorAndTheCoordinatorKeep
       {"zero world size", With(R"("parallelism":{"world_size":0})"), kInvalid, "parallelism.world_size = 0"},
       {"more ranks than exist", With(R"("parallelism":{"world_size":64})"), StatusCode::kFailedPrecondition,
        "needs 64 CPU slots; the 2 alive workers have 2"},
-      {"cuda not here", With(R"("device":"cuda")"), kInvalid, "device"},
+      {"cuda without gpus", With(R"("device":"cuda")"), StatusCode::kFailedPrecondition,
+       "needs 1 GPUs; the 2 alive workers have 0 GPUs"},
       {"too big", With(R"("name":")" + std::string(2 << 20, 'a') + "\""), kInvalid, "at most 1048576"},
   };
   ASSERT_EQ(bad.size(), 20u);

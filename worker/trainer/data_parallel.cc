@@ -40,6 +40,8 @@ StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
   return dp;
 }
 
+Device DataParallel::Device() const { return reducer_->params().front().second.device(); }
+
 void DataParallel::BeforeBackward(bool sync) {
   reducer_->set_sync(sync);
   reducer_->Prepare();
@@ -51,8 +53,7 @@ Status DataParallel::CheckSameStep(int64_t step) {
   Tensor t = Zeros(Shape{2}, Options(DType::kInt64));
   t.data<int64_t>()[0] = step;
   t.data<int64_t>()[1] = -step;
-  std::shared_ptr<dist::Work> work = group_->AllReduce(t, dist::ReduceOp::kMax);
-  RETURN_IF_ERROR(dist::WaitFor(*group_, *work));
+  RETURN_IF_ERROR(dist::AllReduceHost(*group_, t, dist::ReduceOp::kMax, Device()));
   const int64_t high = t.data<int64_t>()[0], low = -t.data<int64_t>()[1];
   if (high == low) return OkStatus();
   return FailedPreconditionError("the ranks start at different steps (" + std::to_string(low) +
@@ -65,8 +66,7 @@ StatusOr<DataParallel::Agreement> DataParallel::AgreeOnStep(double loss, bool st
   Tensor t = Zeros(Shape{2}, Options(DType::kFloat64));
   t.data<double>()[0] = loss;
   t.data<double>()[1] = stop ? 1 : 0;
-  std::shared_ptr<dist::Work> work = group_->AllReduce(t, dist::ReduceOp::kSum);
-  RETURN_IF_ERROR(dist::WaitFor(*group_, *work));
+  RETURN_IF_ERROR(dist::AllReduceHost(*group_, t, dist::ReduceOp::kSum, Device()));
   return Agreement{t.data<double>()[0] / group_->size(), t.data<double>()[1] > 0};
 }
 

@@ -32,6 +32,8 @@ class DataParallel {
   int rank() const { return group_->rank(); }
   int world_size() const { return group_->size(); }
   dist::ProcessGroup& group() { return *group_; }
+  // Where the model's parameters are (what the group's collectives reduce).
+  trainyard::Device Device() const;
   dist::Reducer& reducer() { return *reducer_; }
   // Non-null for zero_stage 1.
   dist::ZeroOptimizer* zero() { return zero_.get(); }

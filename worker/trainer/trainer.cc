@@ -7,9 +7,12 @@
 #include <numeric>
 
 #include "kernels/cpu/parallel.h"
+#include "worker/autograd/autocast.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/grad_mode.h"
+#include "worker/data/device_copier.h"
 #include "worker/data/sampler.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/nn/zoo.h"
 #include "worker/ops/elementwise.h"
 #include "worker/ops/loss.h"
@@ -33,6 +36,30 @@ double SecondsSince(SteadyClock::time_point start) {
 constexpr const char* kModelGenerator = "model";
 // Losses averaged for TrainSummary::final_train_loss.
 constexpr size_t kFinalLossWindow = 50;
+// The grad scaler's entries in optimizer.safetensors start with this (Note [Mixed precision]).
+constexpr const char* kScalerPrefix = "grad_scaler.";
+
+// spec.precision's autocast dtype; kFloat32 (off) for "fp32".
+DType AutocastDTypeOf(const std::string& precision) {
+  if (precision == "bf16") return DType::kBFloat16;
+  if (precision == "fp16") return DType::kFloat16;
+  return DType::kFloat32;
+}
+
+// Moves the entries named kScalerPrefix + key out of `state`, as (key, tensor).
+std::vector<optim::NamedTensor> TakeScalerState(std::vector<optim::NamedTensor>* state) {
+  std::vector<optim::NamedTensor> scaler, rest;
+  const std::string prefix = kScalerPrefix;
+  for (auto& [key, t] : *state) {
+    if (key.rfind(prefix, 0) == 0) {
+      scaler.emplace_back(key.substr(prefix.size()), std::move(t));
+    } else {
+      rest.emplace_back(std::move(key), std::move(t));
+    }
+  }
+  *state = std::move(rest);
+  return scaler;
+}
 
 nn::ModelConfigs ModelConfigsOf(const spec::ModelSpec& m, int64_t data_vocab) {
   nn::ModelConfigs c;
@@ -122,10 +149,17 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(spec::JobSpec spec, TrainerOp
 
 Status Trainer::Init() {
   if (spec_.num_threads > 0) kernels::cpu::SetNumThreads(spec_.num_threads);
+  autocast_dtype_ = AutocastDTypeOf(spec_.precision);
+  if (spec_.precision == "fp16") {
+    // ZeRO-1 leaves each rank gradient shards, which the scaler does not see.
+    TY_CHECK(spec_.parallelism.zero_stage == 0) << "the job spec allowed fp16 with ZeRO-1";
+    ASSIGN_OR_RETURN(scaler_, optim::GradScaler::Create(options_.grad_scaler));
+  }
   if (options_.process_group) {
     rank_ = options_.process_group->rank();
     world_size_ = options_.process_group->size();
   }
+  RETURN_IF_ERROR(ChooseDevice());
   const std::string& dir = spec_.checkpoint.dir;
   const bool text = spec_.data.source == "text";
 
@@ -150,6 +184,9 @@ Status Trainer::Init() {
   nn::ModelConfigs configs = ModelConfigsOf(spec_.model, data_.num_classes);
   configs.gpt.activation_checkpointing = spec_.parallelism.activation_checkpointing;
   ASSIGN_OR_RETURN(model_, nn::BuildModel(spec_.model.arch, configs, &gen_));
+  // Built (and initialised from the seed) on the CPU, so every device starts from the same
+  // weights; then moved, before the optimizer takes its handles.
+  RETURN_IF_ERROR(model_->To(device_));
   params_ = model_->Parameters();
   for (const Tensor& p : params_) num_parameters_ += p.numel();
   // ZeRO-1 replaces the whole optimizer exactly when there is a group to shard it over.
@@ -178,6 +215,31 @@ Status Trainer::Init() {
   }
   RETURN_IF_ERROR(Restore());
   return StartDataParallel();
+}
+
+Status Trainer::ChooseDevice() {
+  if (spec_.device == "cpu") return OkStatus();
+  // One GPU per rank: cuda:(rank % visible GPUs), as NcclProcessGroup chooses. A rank of the
+  // service sees only its slot's GPU (CUDA_VISIBLE_DEVICES), so that is cuda:0.
+  StatusOr<cuda::Backend*> backend = LoadCudaBackend();
+  if (!backend.ok()) {
+    return Status(backend.status().code(), "device = \"cuda\": " + backend.status().message());
+  }
+  const int count = (*backend)->DeviceCount();
+  if (count == 0) {
+    return FailedPreconditionError("device = \"cuda\": no CUDA device is visible to rank " +
+                                   std::to_string(rank_) +
+                                   "; run the job on a GPU worker or use device \"cpu\"");
+  }
+  device_ = Device::Cuda(rank_ % count);
+  RETURN_IF_ERROR(CheckDeviceAvailable(device_));
+  RETURN_IF_ERROR((*backend)->SetDevice(device_.index));
+  copier_ = std::make_unique<data::DeviceCopier>(device_);
+  return OkStatus();
+}
+
+data::Batch Trainer::OnDevice(const data::Batch& batch) {
+  return copier_ ? copier_->ToDevice(batch) : batch;
 }
 
 Status Trainer::MakeLoaders() {
@@ -257,14 +319,10 @@ Status Trainer::Restore() {
                     "checkpoint.dir: " + std::string(latest.status().message()));
     if (latest->has_value()) {
       const std::string& path = **latest;
-      StatusOr<CheckpointState> state = LoadCheckpoint(path, model_.get(), optimizer_.get());
-      if (state.ok() && !optimizer_) {
-        // ZeRO-1: each rank keeps its shard of the whole state once the reducer exists.
-        StatusOr<std::vector<optim::NamedTensor>> opt = LoadOptimizerState(path);
-        if (!opt.ok())
-          state = opt.status();
-        else
-          resumed_optimizer_state_ = std::move(opt).value();
+      StatusOr<CheckpointState> state = LoadCheckpoint(path, model_.get(), nullptr);
+      if (state.ok()) {
+        Status s = RestoreOptimizerState(path);
+        if (!s.ok()) state = s;
       }
       if (!state.ok()) {
         return Status(state.status().code(), "resuming from " + path +
@@ -299,7 +357,29 @@ Status Trainer::Restore() {
   return OkStatus();
 }
 
-Tensor Trainer::Loss(const Tensor& output, const Tensor& target) const {
+Status Trainer::RestoreOptimizerState(const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> state, LoadOptimizerState(path));
+  // A run of another precision may have written or left out the scaler's entries: an fp16 run
+  // without them starts from the initial scale.
+  const std::vector<optim::NamedTensor> scaler_state = TakeScalerState(&state);
+  const std::string file = "\"" + path + "/" + kOptimizerFile + "\"";
+  if (scaler_ && !scaler_state.empty()) {
+    Status s = scaler_->LoadStateDict(scaler_state);
+    if (!s.ok()) return s.WithContext("loading the grad scaler's state from " + file);
+  }
+  if (!optimizer_) {
+    // ZeRO-1: each rank keeps its shard of the whole state once the reducer exists.
+    resumed_optimizer_state_ = std::move(state);
+    return OkStatus();
+  }
+  Status s = optimizer_->LoadStateDict(state);
+  if (!s.ok()) return s.WithContext("loading optimizer state from " + file);
+  return OkStatus();
+}
+
+Tensor Trainer::ForwardLoss(const Tensor& input, const Tensor& target) const {
+  AutocastGuard autocast(autocast_dtype_);
+  Tensor output = model_->Forward(input);
   // (N, C) logits and (N) labels, or (B, T, V) logits and (B, T) next tokens.
   return ops::CrossEntropy(ops::Reshape(output, {-1, output.size(-1)}), ops::Reshape(target, {-1}));
 }
@@ -334,6 +414,11 @@ Status Trainer::SaveCheckpoint(std::string* path) {
     ASSIGN_OR_RETURN(optimizer_state, dp_->zero()->StateDict());
   } else if (rank_ == 0) {
     optimizer_state = optimizer_->StateDict();
+  }
+  if (scaler_) {
+    for (auto& [key, t] : scaler_->StateDict()) {
+      optimizer_state.emplace_back(kScalerPrefix + key, t);
+    }
   }
   saved_step_ = step_;
   if (rank_ != 0) return OkStatus();
@@ -371,15 +456,19 @@ StatusOr<EvalMetrics> Trainer::Evaluate() {
       break;
     }
     if (!next->has_value()) break;
-    const data::Batch& batch = **next;
-    Tensor logits = model_->Forward(batch.input);
-    Tensor flat = ops::Reshape(logits, {-1, logits.size(-1)});
+    const data::Batch batch = OnDevice(**next);
     Tensor target = ops::Contiguous(ops::Reshape(batch.target, {-1}));
+    Tensor flat, loss;
+    {
+      AutocastGuard autocast(autocast_dtype_);  // as in training (Note [Mixed precision])
+      Tensor logits = model_->Forward(batch.input);
+      flat = ops::Reshape(logits, {-1, logits.size(-1)});
+      loss = ops::CrossEntropy(flat, target);
+    }
     const int64_t n = target.numel();
-    loss_sum += ops::CrossEntropy(flat, target).item() * static_cast<double>(n);
-    Tensor predicted = ops::Contiguous(ops::Argmax(flat, 1));
-    const int64_t* p = predicted.data<int64_t>();
-    const int64_t* t = target.data<int64_t>();
+    loss_sum += loss.item() * static_cast<double>(n);
+    const std::vector<int64_t> p = ToVector<int64_t>(ops::Argmax(flat, 1));
+    const std::vector<int64_t> t = ToVector<int64_t>(target);
     for (int64_t i = 0; i < n; ++i) correct += p[i] == t[i];
     count += n;
     ++batches;
@@ -408,7 +497,7 @@ Status Trainer::ForwardBackward(StepMetrics* m) {
       RETURN_IF_ERROR(train_loader_->Reset(train_loader_->epoch() + 1, 0));
       continue;
     }
-    const data::Batch& batch = **next;
+    const data::Batch batch = OnDevice(**next);
     m->epoch = static_cast<int64_t>(train_loader_->epoch());
     m->samples += batch.input.size(0) * world_size_;
     m->data_seconds += SecondsSince(t0);
@@ -416,9 +505,10 @@ Status Trainer::ForwardBackward(StepMetrics* m) {
     auto t1 = SteadyClock::now();
     SetPhase(Phase::kForward);
     // The step's gradient is the mean over its micro-batches (and, by the reducer, ranks).
-    Tensor loss = Loss(model_->Forward(batch.input), batch.target);
+    Tensor loss = ForwardLoss(batch.input, batch.target);
     loss_sum += loss.item();
     if (micro_batches > 1) loss = ops::MulScalar(loss, 1.0 / static_cast<double>(micro_batches));
+    if (scaler_) loss = scaler_->Scale(loss);
     m->forward_seconds += SecondsSince(t1);
 
     auto t2 = SteadyClock::now();
@@ -455,6 +545,15 @@ Status Trainer::OptimizerStep(StepMetrics* m) {
       ASSIGN_OR_RETURN(m->grad_norm, dp_->zero()->ClipGradNorm(clip));
     }
     RETURN_IF_ERROR(dp_->zero()->Step());
+  } else if (scaler_) {
+    // The all-reduce is complete (ForwardBackward waited for it): unscale, then clip the true
+    // gradients; a non-finite norm belongs to a step the scaler skips.
+    m->loss_scale = scaler_->scale();
+    scaler_->UnscaleAndCheck(params_);
+    if (clip > 0) m->grad_norm = optim::ClipGradNorm(params_, clip);
+    m->skipped = !scaler_->Step(*optimizer_, params_);
+    scaler_->Update(/*found_inf=*/m->skipped);
+    optimizer_->ZeroGrad(/*set_to_none=*/dp_ == nullptr);
   } else {
     if (clip > 0) m->grad_norm = optim::ClipGradNorm(params_, clip);
     optimizer_->Step();
@@ -510,6 +609,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     m.tokens_per_second = static_cast<double>(m.tokens) / seconds;
     samples_this_run += m.samples;
     ++summary.steps_this_run;
+    summary.skipped_steps += m.skipped;
     recent_losses.push_back(m.loss);
     if (recent_losses.size() > kFinalLossWindow) recent_losses.pop_front();
     if (options_.on_step) options_.on_step(m);

@@ -10,6 +10,15 @@
 //            evaluating every eval.every_steps and at the end, checkpointing every
 //            checkpoint.every_steps, at the end and when stopped.
 //
+// Note [Mixed precision]: with spec.precision bf16 or fp16, forward and loss (in training and
+// evaluation) run under AutocastGuard of that dtype (worker/autograd/autocast.h); parameters,
+// gradients and optimizer state stay float32. fp16 adds a GradScaler (worker/optim/
+// grad_scaler.h): each micro-batch's loss is scaled before backward, and the step unscales the
+// gradients (after the data-parallel all-reduce, so every rank decides alike), clips them,
+// and skips the optimizer when any is inf or NaN (StepMetrics::skipped). The scaler's state is
+// saved in optimizer.safetensors as "grad_scaler.scale" and "grad_scaler.growth_tracker" and
+// restored on resume. fp16 with ZeRO-1 is rejected by the spec.
+//
 // With TrainerOptions::process_group this process is one rank of a data-parallel run
 // (data_parallel.h): it reads its DistributedSampler shard, the reducer averages gradients
 // during backward, the ranks agree on the loss and on stopping every step, rank 0 writes
@@ -40,7 +49,9 @@
 #include "common/status.h"
 #include "proto/job_spec.h"
 #include "worker/data/data_loader.h"
+#include "worker/data/device_copier.h"
 #include "worker/nn/module.h"
+#include "worker/optim/grad_scaler.h"
 #include "worker/optim/optimizer.h"
 #include "worker/optim/schedule.h"
 #include "worker/tensor/generator.h"
@@ -73,6 +84,11 @@ struct StepMetrics {
   double allreduce_seconds = 0;    // gradient collectives' running time, summed over buckets
   double bucket_wait_seconds = 0;  // waiting for buckets after backward ended (not hidden)
   double bus_bandwidth = 0;        // gradient all-reduce bus bandwidth, bytes/s
+  // precision fp16 (Note [Mixed precision]): the loss scale this step's backward used (0 for
+  // fp32 and bf16), and whether the step was skipped because a gradient was inf or NaN (the
+  // weights and the optimizer state did not change; the scale was lowered).
+  double loss_scale = 0;
+  bool skipped = false;
 };
 
 // One pass over (at most eval.max_batches of) the held-out split, in evaluation mode.
@@ -100,6 +116,8 @@ struct TrainSummary {
   int world_size = 1;        // ranks that trained together
   // Optimizer state held by this rank (moments, momentum; a 1/world_size share with ZeRO-1).
   int64_t optimizer_state_bytes = 0;
+  // Steps of this run the fp16 loss scaler skipped (StepMetrics::skipped); 0 otherwise.
+  int64_t skipped_steps = 0;
 };
 
 // What the training thread is doing now, for health reports read from another thread (a rank
@@ -134,6 +152,8 @@ struct TrainerOptions {
   std::shared_ptr<dist::ProcessGroup> process_group;
   // Updated at every phase change when set; must outlive the trainer.
   Progress* progress = nullptr;
+  // The loss scaler of precision fp16 (PyTorch's defaults); Create rejects bad values.
+  optim::GradScalerOptions grad_scaler;
 };
 
 class Trainer {
@@ -141,7 +161,8 @@ class Trainer {
   // Builds everything the spec describes and restores or initialises the weights (see the top
   // of this file). `spec` must have come from spec::ParseJobSpec. Errors name the spec field
   // (data that does not fit the model, a missing file, a checkpoint of another model).
-  // Sets the kernel thread count when spec.num_threads > 0 (process-wide).
+  // Sets the kernel thread count when spec.num_threads > 0 (process-wide). Unimplemented for
+  // device "cuda" (models run on the CPU only for now).
   static StatusOr<std::unique_ptr<Trainer>> Create(spec::JobSpec spec, TrainerOptions options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -170,6 +191,10 @@ class Trainer {
   Trainer(spec::JobSpec spec, TrainerOptions options);
   Status Init();
   Status MakeLoaders();
+  // device_ from spec.device (and the rank); the CUDA backend set up for it.
+  Status ChooseDevice();
+  // The batch on device_ (itself on the CPU).
+  data::Batch OnDevice(const data::Batch& batch);
   Status Restore();
   Status StartDataParallel();
   // Forward and backward over the step's micro-batches; fills loss, epoch, samples and times.
@@ -180,8 +205,12 @@ class Trainer {
     if (options_.progress) options_.progress->Set(p);
   }
   Status SaveCheckpoint(std::string* path);
-  // The mean loss of a batch: cross-entropy over the last dimension of the model's output.
-  Tensor Loss(const Tensor& output, const Tensor& target) const;
+  // The mean loss of a batch: cross-entropy over the last dimension of the model's output,
+  // forward and loss under autocast (Note [Mixed precision]).
+  Tensor ForwardLoss(const Tensor& input, const Tensor& target) const;
+  // Loads a checkpoint's optimizer.safetensors into the optimizer (or, for ZeRO, keeps it for
+  // StartDataParallel) and the grad scaler.
+  Status RestoreOptimizerState(const std::string& path);
 
   spec::JobSpec spec_;
   TrainerOptions options_;
@@ -191,9 +220,13 @@ class Trainer {
   std::vector<Tensor> params_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // null with ZeRO-1 (dp_->zero() instead)
   std::unique_ptr<DataParallel> dp_;             // null in a one-process run
+  DType autocast_dtype_ = DType::kFloat32;       // spec.precision's; kFloat32: autocast off
+  std::unique_ptr<optim::GradScaler> scaler_;    // precision fp16 only
   int rank_ = 0;
   int world_size_ = 1;
   std::unique_ptr<optim::LrSchedule> schedule_;
+  Device device_;                                // spec.device: cpu, or this rank's GPU
+  std::unique_ptr<data::DeviceCopier> copier_;   // batches to device_ (CUDA only)
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> eval_loader_;
   std::unique_ptr<CheckpointManager> checkpoints_;

@@ -1,5 +1,7 @@
 #include "worker/trainer/trainer.h"
 
+#include "worker/tensor/cuda_backend.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -314,6 +316,181 @@ TEST_F(TrainerTest, ADivergingRunStopsWithAClearError) {
   ASSERT_FALSE(summary.ok());
   EXPECT_THAT(std::string(summary.status().message()), HasSubstr("training diverged"));
   EXPECT_THAT(std::string(summary.status().message()), HasSubstr("at step"));
+}
+
+// --- Mixed precision (Note [Mixed precision] in trainer.h) -----------------------------------
+
+// Runs `spec` with `options` to its end (or until stopped after step `stop_at`) and returns
+// every step's metrics.
+std::vector<StepMetrics> Steps(const spec::JobSpec& spec, TrainerOptions options = {},
+                               int64_t stop_at = -1, TrainSummary* summary = nullptr) {
+  std::vector<StepMetrics> steps;
+  std::atomic<bool> stop{false};
+  options.stop = &stop;
+  options.on_step = [&](const StepMetrics& m) {
+    steps.push_back(m);
+    if (m.step == stop_at) stop = true;
+  };
+  StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(spec, options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return {};
+  StatusOr<TrainSummary> result = (*trainer)->Run();
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (summary != nullptr && result.ok()) *summary = *result;
+  return steps;
+}
+
+nn::NamedTensors Snapshot(nn::Module& model) {
+  nn::NamedTensors out;
+  for (const auto& [name, t] : model.StateDict()) {
+    out.emplace_back(name, ConvertTo(t, t.dtype(), /*force_copy=*/true));
+  }
+  return out;
+}
+
+bool SameWeights(const nn::NamedTensors& a, const nn::NamedTensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first || !testing::BitwiseEqual(a[i].second, b[i].second)) return false;
+  }
+  return true;
+}
+
+TEST_F(TrainerTest, Bf16AndFp16RunsTrainAnMlpAndOnlyFp16ScalesTheLoss) {
+  for (const std::string precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    TrainSummary summary;
+    std::vector<StepMetrics> steps =
+        Steps(MlpSpec(R"(, "epochs": 3, "precision": ")" + precision + "\""), {}, -1, &summary);
+    ASSERT_EQ(steps.size(), 42u);
+    EXPECT_LT(steps.back().loss, steps.front().loss / 4);
+    for (const StepMetrics& m : steps) {
+      EXPECT_EQ(m.loss_scale, precision == "fp16" ? 65536.0 : 0.0) << "step " << m.step;
+      EXPECT_FALSE(m.skipped) << "step " << m.step;
+    }
+    EXPECT_EQ(summary.skipped_steps, 0);
+    ASSERT_TRUE(summary.eval.has_value());
+    EXPECT_GE(summary.eval->accuracy, 0.95);
+  }
+}
+
+TEST_F(TrainerTest, Fp16SkipsAStepWhoseGradientsOverflowThenBacksOffAndTrains) {
+  // 2^128 overflows float32: the first scaled loss, and so every gradient, is inf. Each skip
+  // divides the scale by 2^16, so it soon fits float16 (where autocast's matmul gradients pass).
+  TrainerOptions options;
+  options.grad_scaler.init_scale = std::ldexp(1.0, 128);
+  options.grad_scaler.backoff_factor = std::ldexp(1.0, -16);
+  spec::JobSpec spec = MlpSpec(R"(, "steps": 42, "precision": "fp16")");
+  std::vector<StepMetrics> steps;
+  bool unchanged_after_first = false;
+  nn::NamedTensors initial;
+  Trainer* raw = nullptr;
+  options.on_step = [&](const StepMetrics& m) {
+    steps.push_back(m);
+    if (m.step == 1) unchanged_after_first = SameWeights(Snapshot(raw->model()), initial);
+  };
+  StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(spec, options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  raw = trainer->get();
+  initial = Snapshot(raw->model());
+  StatusOr<TrainSummary> summary = raw->Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+
+  ASSERT_EQ(steps.size(), 42u);
+  EXPECT_TRUE(steps[0].skipped);
+  EXPECT_EQ(steps[0].loss_scale, std::ldexp(1.0, 128));
+  EXPECT_TRUE(unchanged_after_first) << "a skipped step must not change the weights";
+  EXPECT_TRUE(std::isfinite(steps[0].loss)) << "the reported loss is the unscaled one";
+  EXPECT_EQ(steps[1].loss_scale, std::ldexp(1.0, 112)) << "a skip multiplies by backoff_factor";
+  int64_t skipped = 0;
+  for (const StepMetrics& m : steps) skipped += m.skipped;
+  EXPECT_EQ(summary->skipped_steps, skipped);
+  EXPECT_LT(skipped, 10) << "the scale must come down to one that fits";
+  EXPECT_FALSE(steps.back().skipped);
+  EXPECT_LT(steps.back().loss, steps.front().loss / 2);
+}
+
+TEST_F(TrainerTest, Fp16ClipsTheUnscaledGradients) {
+  spec::JobSpec fp32 = MlpSpec(R"(, "steps": 3, "grad_clip_norm": 1000.0)");
+  spec::JobSpec fp16 = fp32;
+  fp16.precision = "fp16";
+  std::vector<StepMetrics> a = Steps(fp32);
+  std::vector<StepMetrics> b = Steps(fp16);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  // Scaled gradients would have a norm 65536 times larger; fp16 rounding moves it a little.
+  EXPECT_NEAR(b[0].grad_norm, a[0].grad_norm, 1e-2 * a[0].grad_norm);
+}
+
+TEST_F(TrainerTest, Fp16ResumesItsLossScaleExactly) {
+  TrainerOptions options;
+  options.grad_scaler.growth_interval = 4;  // the scale doubles every 4 steps
+  spec::JobSpec spec = MlpSpec(R"(, "steps": 20, "precision": "fp16")");
+  const std::vector<StepMetrics> straight = Steps(spec, options);
+  ASSERT_EQ(straight.size(), 20u);
+  EXPECT_GT(straight[10].loss_scale, 65536.0) << "the test needs a scale that moved";
+
+  spec.checkpoint.dir = dir_.path() + "/fp16-run";
+  std::vector<StepMetrics> resumed = Steps(spec, options, /*stop_at=*/10);
+  ASSERT_EQ(resumed.size(), 10u);
+  StatusOr<SafetensorsFile> file =
+      LoadSafetensors(spec.checkpoint.dir + "/" + StepDirName(10) + "/" + kOptimizerFile);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::map<std::string, Tensor> saved(file->tensors.begin(), file->tensors.end());
+  ASSERT_TRUE(saved.count("grad_scaler.scale"));
+  EXPECT_EQ(saved.at("grad_scaler.scale").item(), straight[10].loss_scale);  // step 11's
+  ASSERT_TRUE(saved.count("grad_scaler.growth_tracker"));
+  EXPECT_LT(saved.at("grad_scaler.growth_tracker").item(), 4);
+
+  TrainSummary second;
+  std::vector<StepMetrics> after = Steps(spec, options, -1, &second);
+  EXPECT_EQ(second.resumed_from, spec.checkpoint.dir + "/" + StepDirName(10));
+  resumed.insert(resumed.end(), after.begin(), after.end());
+  ASSERT_EQ(resumed.size(), straight.size());
+  for (size_t i = 0; i < straight.size(); ++i) {
+    EXPECT_EQ(resumed[i].loss_scale, straight[i].loss_scale) << "step " << i + 1;
+    EXPECT_EQ(resumed[i].loss, straight[i].loss) << "step " << i + 1;
+  }
+
+  // An fp32 run resumes the same checkpoint, leaving the scaler's entries aside.
+  spec.precision = "fp32";
+  spec.steps = 22;
+  std::vector<StepMetrics> fp32 = Steps(spec);
+  ASSERT_EQ(fp32.size(), 2u);
+  EXPECT_EQ(fp32[0].loss_scale, 0.0);
+}
+
+TEST_F(TrainerTest, ABadGradScalerSettingOrACudaDeviceWithoutAGpuIsRefusedAtCreate) {
+  TrainerOptions options;
+  options.grad_scaler.growth_factor = 0.5;
+  StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(MlpSpec(R"(, "precision": "fp16")"), options);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_THAT(std::string(trainer.status().message()), HasSubstr("grad_scaler: growth_factor"));
+  EXPECT_TRUE(Trainer::Create(MlpSpec(R"(, "precision": "bf16")"), options).ok())
+      << "bf16 uses no scaler";
+
+  StatusOr<cuda::Backend*> backend = LoadCudaBackend();
+  if (backend.ok() && (*backend)->DeviceCount() > 0) return;  // a GPU here: cuda is allowed
+  // No CUDA library (Unimplemented) or no GPU (FailedPrecondition): refused, naming the field.
+  trainer = Trainer::Create(MlpSpec(R"(, "device": "cuda")"));
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_TRUE(trainer.status().code() == StatusCode::kUnimplemented ||
+              trainer.status().code() == StatusCode::kFailedPrecondition)
+      << trainer.status();
+  EXPECT_THAT(std::string(trainer.status().message()), HasSubstr("device = \"cuda\""));
+}
+
+// The ops follow Note [Autocast policy] (worker/autograd/autocast.h): a bf16 forward rounds the
+// matrix products' inputs, so its loss is near fp32's but not the same bits.
+TEST_F(TrainerTest, Bf16ForwardRoundsTheMatrixProducts) {
+  spec::JobSpec fp32 = MlpSpec(R"(, "steps": 1)");
+  spec::JobSpec bf16 = fp32;
+  bf16.precision = "bf16";
+  const double a = Steps(fp32).at(0).loss;
+  const double b = Steps(bf16).at(0).loss;
+  EXPECT_NE(a, b);
+  EXPECT_NEAR(a, b, 1e-2 * a);
 }
 
 }  // namespace
