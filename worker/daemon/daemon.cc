@@ -95,7 +95,7 @@ class Daemon {
     }
     stub_ = v1::Worker::NewStub(*channel);
     TY_LOG(INFO) << "worker " << o_.name << " (" << o_.host << ", " << o_.cpu_slots
-                 << " CPU slots) for coordinator " << o_.coordinator << ", metrics on http://"
+                 << " CPU slots, " << o_.gpus.size() << " GPUs) for coordinator " << o_.coordinator << ", metrics on http://"
                  << metrics_address_ << "/metrics";
     std::thread supervisor([this] { Supervise(); });
     std::thread sender([this] { SendMetrics(); });
@@ -235,6 +235,7 @@ class Daemon {
     req.set_name(o_.name);
     req.set_host(o_.host);
     req.set_cpu_slots(o_.cpu_slots);
+    for (const v1::Gpu& g : o_.gpus) *req.add_gpus() = g;
     req.set_metrics_address(metrics_address_);
     for (const v1::RankStatus& s : Statuses()) *req.add_ranks() = s;
     grpc::ClientContext ctx;

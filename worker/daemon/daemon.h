@@ -8,8 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "proto/rpc.h"
+#include "trainyard/v1/service.pb.h"
 
 namespace trainyard::daemon {
 
@@ -20,6 +22,7 @@ struct DaemonOptions {
   std::string name;  // unique among workers; default: the host name
   std::string host;  // the address peers reach this node's ranks at
   int cpu_slots = 1;
+  std::vector<trainyard::v1::Gpu> gpus;  // GPU slots (DiscoverGpus, gpus.h)
   std::string metrics_listen = "127.0.0.1:9601";
   std::string work_dir = "trainyard-worker";
   std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when stopping ranks

@@ -10,6 +10,7 @@
 #include "common/flags.h"
 #include "common/signals.h"
 #include "worker/daemon/daemon.h"
+#include "worker/daemon/gpus.h"
 #include "worker/daemon/rank.h"
 
 namespace {
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   f.Value("name", "", "this worker's name, unique and stable (default: the host name)")
       .Value("host", "", "address other nodes reach this one at (default: 127.0.0.1 for a loopback coordinator, else the host name)")
       .Value("cpu-slots", "1", "ranks this worker runs at once on CPUs")
+      .Value("gpus", "auto", "GPU slots: auto (every visible GPU), none, or a count")
       .Value("threads-per-rank", "0", "kernel threads of each rank (0: cores / cpu-slots)")
       .Value("metrics-listen", "127.0.0.1:9601", "Prometheus /metrics address (port 0 picks one)")
       .Value("work-dir", "trainyard-worker", "where rank specs are written")
@@ -62,6 +64,9 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail(std::string(s.message()));
   }
   o.cpu_slots = static_cast<int>(*slots);
+  StatusOr<std::vector<v1::Gpu>> gpus = daemon::DiscoverGpus(f.Get("gpus"));
+  if (!gpus.ok()) return Fail(std::string(gpus.status().message()));
+  o.gpus = *gpus;
   o.threads_per_rank = static_cast<int>(*threads);
   o.grace = std::chrono::milliseconds(std::llround(*grace * 1000));
   o.metrics_listen = f.Get("metrics-listen");

@@ -1,5 +1,7 @@
 #include "worker/daemon/rank.h"
 
+#include "worker/daemon/gpus.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -78,7 +80,9 @@ Json StepJson(const trainer::StepMetrics& m) {
                        {"allreduce_wait_seconds", m.bucket_wait_seconds},
                        {"optimizer_seconds", m.optimizer_seconds},
                        {"allreduce_seconds", m.allreduce_seconds},
-                       {"allreduce_bus_bandwidth", m.bus_bandwidth}});
+                       {"allreduce_bus_bandwidth", m.bus_bandwidth},
+                       {"loss_scale", m.loss_scale},
+                       {"skipped", m.skipped}});
 }
 
 // Every half second: phase, step and collective progress (Note [Naming a hung rank] in
@@ -112,7 +116,7 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress,
 
 struct Place {
   std::string coordinator, job_id, secret, spec_path, host;
-  int attempt = 0, rank = 0, world_size = 1, report_fd = -1;
+  int attempt = 0, rank = 0, world_size = 1, report_fd = -1, slot = 0;
 };
 
 StatusOr<int> IntEnv(const char* name, int lo, int hi) {
@@ -145,6 +149,9 @@ StatusOr<Place> ReadPlace() {
   ASSIGN_OR_RETURN(p.world_size, IntEnv(kWorldSizeEnv, 1, 4096));
   ASSIGN_OR_RETURN(p.rank, IntEnv(kRankEnv, 0, p.world_size - 1));
   ASSIGN_OR_RETURN(p.report_fd, IntEnv(kReportFdEnv, -1, 1 << 20));
+  if (!Env(kSlotEnv).empty()) {
+    ASSIGN_OR_RETURN(p.slot, IntEnv(kSlotEnv, 0, 4095));
+  }
   return p;
 }
 
@@ -193,6 +200,11 @@ int RunRank() {
   StatusOr<spec::JobSpec> spec = ReadSpec(place->spec_path);
   if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
   spec->parallelism.world_size = place->world_size;
+  if (spec->device == "cuda") {
+    // This rank's GPU becomes its only visible device, cuda:0 (before anything starts CUDA).
+    const std::string visible = VisibleDeviceFor(place->slot, std::getenv("CUDA_VISIBLE_DEVICES"));
+    ::setenv("CUDA_VISIBLE_DEVICES", visible.c_str(), 1);
+  }
   Reporter reporter(place->report_fd);
   trainer::Progress progress;
   progress.Set(trainer::Phase::kStarting);

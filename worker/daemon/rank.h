@@ -21,6 +21,9 @@ inline constexpr const char* kWorldSizeEnv = "TRAINYARD_WORLD_SIZE";
 inline constexpr const char* kSpecEnv = "TRAINYARD_SPEC";            // path of the spec JSON
 inline constexpr const char* kReportFdEnv = "TRAINYARD_REPORT_FD";   // the report pipe's fd
 inline constexpr const char* kHostEnv = "TRAINYARD_HOST";            // address Gloo listens on
+// The worker's slot the rank runs in: for a cuda job the GPU it sees (as its only device,
+// through CUDA_VISIBLE_DEVICES, before CUDA starts).
+inline constexpr const char* kSlotEnv = "TRAINYARD_SLOT";
 inline constexpr const char* kTokenEnv = "TRAINYARD_TOKEN";
 inline constexpr const char* kCaEnv = "TRAINYARD_CA_CERT";
 inline constexpr const char* kCertEnv = "TRAINYARD_CERT";

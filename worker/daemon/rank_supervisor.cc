@@ -100,6 +100,7 @@ Status RankSupervisor::Spawn(const trainyard::v1::Assignment& a,
   env.push_back(std::string(kAttemptEnv) + "=" + std::to_string(a.attempt()));
   env.push_back(std::string(kSecretEnv) + "=" + a.secret());
   env.push_back(std::string(kRankEnv) + "=" + std::to_string(p.rank()));
+  env.push_back(std::string(kSlotEnv) + "=" + std::to_string(p.slot()));
   env.push_back(std::string(kWorldSizeEnv) + "=" + std::to_string(a.world_size()));
   env.push_back(std::string(kSpecEnv) + "=" + spec_path);
   env.push_back(std::string(kReportFdEnv) + "=" + std::to_string(kChildReportFd));
