@@ -16,8 +16,22 @@ else()
   message(STATUS "trainyard: OpenBLAS not found; GEMM uses the reference kernel")
 endif()
 
+# GoogleTest: Debian's libgtest-dev. Where it is not installed (the lent GPU machines) a source
+# tree can be named instead: -DTY_GTEST_SOURCE_DIR=<googletest checkout> (tools/gpu_check.sh
+# passes a copy of Debian's /usr/src/googletest).
+set(TY_GTEST_SOURCE_DIR "" CACHE PATH "GoogleTest sources, used when the package is missing")
 if(TY_BUILD_TESTS)
-  find_package(GTest REQUIRED)
+  find_package(GTest QUIET)
+  if(NOT GTest_FOUND AND TY_GTEST_SOURCE_DIR)
+    set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+    add_subdirectory(${TY_GTEST_SOURCE_DIR} ${PROJECT_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
+    add_library(GTest::gtest ALIAS gtest)
+    add_library(GTest::gmock ALIAS gmock)
+    add_library(GTest::gtest_main ALIAS gtest_main)
+  elseif(NOT GTest_FOUND)
+    message(FATAL_ERROR "GoogleTest not found: install libgtest-dev libgmock-dev "
+                        "(scripts/deps.sh), set TY_GTEST_SOURCE_DIR, or pass -DTY_BUILD_TESTS=OFF")
+  endif()
 endif()
 if(TY_BUILD_BENCH)
   find_package(benchmark QUIET)

@@ -1,0 +1,182 @@
+// HostBackend: a fake CUDA device over host memory, for unit tests of the engine's CUDA
+// dispatch (worker/tensor/cuda_backend.h SetCudaBackendForTesting) on machines without a GPU.
+//
+// Every kernel runs synchronously through the CPU kernels of kernels/cpu (the specification);
+// bf16 and f16 storage is converted to f32 temporaries, computed and rounded back, as the CUDA
+// kernels compute in f32. Streams and events are dummy handles (every event is complete).
+//
+// Device pointers are host addresses plus kDeviceTag, which no host mapping uses: host code
+// that reads or writes "device" memory directly (instead of through a kernel or a copy) faults
+// here as it would on a GPU. Memcpy tells the two kinds apart by the tag.
+//
+// Thread-safe for the allocation bookkeeping; kernels are as thread-safe as the CPU kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/backend.h"
+
+namespace trainyard::testing {
+
+struct HostBackendOptions {
+  int device_count = 1;
+  // Malloc fails with ResourceExhausted once this many bytes are allocated on a device.
+  size_t memory_limit = SIZE_MAX;
+};
+
+class HostBackend final : public kernels::cuda::Backend {
+ public:
+  using Stream = kernels::cuda::Stream;
+  using Event = kernels::cuda::Event;
+  using ScalarType = kernels::cuda::ScalarType;
+  using StridedIter = kernels::cuda::StridedIter;
+  using UnaryOp = kernels::cuda::UnaryOp;
+  using BinaryOp = kernels::cuda::BinaryOp;
+  using CompareOp = kernels::cuda::CompareOp;
+  using Pool2dShape = kernels::cuda::Pool2dShape;
+
+  // Bit 54 of an address: outside the user address space of x86-64 and arm64 Linux processes.
+  static constexpr uintptr_t kDeviceTag = uintptr_t{1} << 54;
+  // The host address behind a device pointer (null and host pointers pass through).
+  static void* Host(const void* p);
+
+  explicit HostBackend(HostBackendOptions options = {});
+  ~HostBackend() override;
+
+  // Kernel launches by name ("Gemm", "AttentionForward", ...), for tests that check which path
+  // an op took.
+  int64_t launches(const std::string& kernel) const;
+  int64_t kernel_launches() const;  // of every kernel, Memcpy excluded
+  size_t allocated_bytes(int device) const;
+
+  // ---- Runtime ----
+  int DeviceCount() override { return options_.device_count; }
+  Status Properties(int device, kernels::cuda::DeviceProperties* out) override;
+  Status SetDevice(int device) override;
+  Status Malloc(int device, size_t nbytes, void** out) override;
+  void Free(int device, void* ptr) override;
+  Status HostMalloc(size_t nbytes, void** out) override;
+  void HostFree(void* ptr) override;
+  Stream ComputeStream(int device) override;
+  Stream CreateStream(int device) override;
+  void Memcpy(void* dst, const void* src, size_t nbytes, Stream stream) override;
+  void StreamSynchronize(Stream) override {}
+  Event CreateEvent(int device) override;
+  void DestroyEvent(Event event) override;
+  void RecordEvent(Event, Stream) override {}
+  void StreamWaitEvent(Stream, Event) override {}
+  bool EventQuery(Event) override { return true; }
+  void EventSynchronize(Event) override {}
+
+  // ---- Elementwise, reductions, softmax, norms, indexing, random, optimizers
+  // (host_backend.cc) ----
+  void Copy(const StridedIter& it, ScalarType dst_type, void* dst, ScalarType src_type,
+            const void* src, Stream stream) override;
+  void Fill(ScalarType type, int64_t n, void* out, double value, Stream stream) override;
+  void Unary(UnaryOp op, ScalarType type, const StridedIter& it, void* out, const void* x,
+             double alpha, double beta, Stream stream) override;
+  void UnaryBackward(UnaryOp op, ScalarType type, int64_t n, const void* x, const void* y,
+                     const void* g, void* gx, double alpha, double beta, Stream stream) override;
+  void Binary(BinaryOp op, ScalarType type, const StridedIter& it, void* out, const void* x,
+              const void* y, double alpha, Stream stream) override;
+  void Compare(CompareOp op, ScalarType type, const StridedIter& it, uint8_t* out, const void* x,
+               const void* y, Stream stream) override;
+  void Where(ScalarType type, const StridedIter& it, void* out, const uint8_t* cond, const void* x,
+             const void* y, Stream stream) override;
+  void ReduceSum(ScalarType type, const void* x, void* out, int64_t outer, int64_t k, int64_t inner,
+                 double scale, Stream stream) override;
+  void ReduceMaxMin(bool is_max, ScalarType type, const void* x, void* out, int64_t* idx,
+                    int64_t outer, int64_t k, int64_t inner, Stream stream) override;
+  void NormPow(ScalarType type, const void* x, int64_t n, double p, double* out,
+               Stream stream) override;
+  void SoftmaxForward(ScalarType type, const void* x, void* y, int64_t rows, int64_t n, bool log,
+                      Stream stream) override;
+  void SoftmaxBackward(ScalarType type, const void* y, const void* gy, void* gx, int64_t rows,
+                       int64_t n, bool log, Stream stream) override;
+  void CrossEntropyForward(ScalarType type, const void* logits, const int64_t* target, float* loss,
+                           float* lse, int64_t rows, int64_t c, int64_t ignore_index,
+                           double smoothing, Stream stream) override;
+  void CrossEntropyBackward(ScalarType type, const void* logits, const int64_t* target,
+                            const float* lse, const float* gloss, void* grad, int64_t rows,
+                            int64_t c, int64_t ignore_index, double smoothing,
+                            Stream stream) override;
+  void LayerNormForward(ScalarType type, ScalarType param_type, const void* x, const void* weight,
+                        const void* bias, void* y, float* mean, float* rstd, int64_t rows,
+                        int64_t n, double eps, Stream stream) override;
+  void LayerNormBackward(ScalarType type, ScalarType param_type, const void* x, const void* gy,
+                         const float* mean, const float* rstd, const void* weight, void* gx,
+                         void* gweight, void* gbias, int64_t rows, int64_t n,
+                         Stream stream) override;
+  void IndexRows(ScalarType type, const void* x, int64_t row, const int64_t* index, int64_t n,
+                 void* out, Stream stream) override;
+  void IndexAddRows(ScalarType type, void* out, int64_t row, const int64_t* index, int64_t n,
+                    const void* src, Stream stream) override;
+  void FillUniform(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
+                   double hi, Stream stream) override;
+  void FillNormal(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset,
+                  double mean, double std, Stream stream) override;
+  void FillBernoulli(int64_t n, uint8_t* out, uint64_t seed, uint64_t offset, double p_keep,
+                     Stream stream) override;
+  void AdamMulti(const kernels::cuda::AdamTensor* tensors, int count, int64_t step, double lr,
+                 double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+                 const float* found_inf, Stream stream) override;
+  void UnscaleCheck(float* const* tensors, const int64_t* sizes, int count, float scale,
+                    float* found_inf, Stream stream) override;
+
+  // ---- Pooling, batch norm, attention, GEMM, convolution (host_backend_nn.cc) ----
+  void MaxPool2dForward(ScalarType type, const Pool2dShape& s, const void* x, void* y,
+                        int64_t* argmax, Stream stream) override;
+  void MaxPool2dBackward(ScalarType type, const Pool2dShape& s, const void* gy,
+                         const int64_t* argmax, void* gx, Stream stream) override;
+  void AvgPool2dForward(ScalarType type, const Pool2dShape& s, bool count_include_pad,
+                        const void* x, void* y, Stream stream) override;
+  void AvgPool2dBackward(ScalarType type, const Pool2dShape& s, bool count_include_pad,
+                         const void* gy, void* gx, Stream stream) override;
+  void AdaptiveAvgPool2dForward(ScalarType type, const Pool2dShape& s, const void* x, void* y,
+                                Stream stream) override;
+  void AdaptiveAvgPool2dBackward(ScalarType type, const Pool2dShape& s, const void* gy, void* gx,
+                                 Stream stream) override;
+  void BatchNormStats(const float* x, float* mean, float* var, int64_t outer, int64_t c,
+                      int64_t inner, Stream stream) override;
+  void BatchNormForward(const float* x, const float* mean, const float* invstd, const float* weight,
+                        const float* bias, float* y, int64_t outer, int64_t c, int64_t inner,
+                        Stream stream) override;
+  void BatchNormBackward(const float* x, const float* gy, const float* mean, const float* invstd,
+                         const float* weight, float* gx, float* gweight, float* gbias,
+                         int64_t outer, int64_t c, int64_t inner, bool training,
+                         Stream stream) override;
+  void AttentionForward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
+                        bool causal, double scale, const void* q, const void* k, const void* v,
+                        void* out, float* lse, Stream stream) override;
+  void AttentionBackward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
+                         bool causal, double scale, const void* q, const void* k, const void* v,
+                         const void* out, const float* lse, const void* gout, void* gq, void* gk,
+                         void* gv, Stream stream) override;
+  void Gemm(const kernels::cuda::GemmArgs& args, Stream stream) override;
+  void ConvForward(ScalarType type, const kernels::cuda::ConvDims& d, const void* x, const void* w,
+                   void* y, Stream stream) override;
+  void ConvBackwardData(ScalarType type, const kernels::cuda::ConvDims& d, const void* w,
+                        const void* gy, void* gx, Stream stream) override;
+  void ConvBackwardFilter(ScalarType type, const kernels::cuda::ConvDims& d, const void* x,
+                          const void* gy, void* gw, Stream stream) override;
+
+ private:
+  void Count(const char* kernel);
+  void CheckDevice(int device) const;
+  void CheckStream(Stream stream) const;
+
+  const HostBackendOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, int64_t> launches_;
+  std::vector<size_t> allocated_;                   // per device
+  std::map<void*, std::pair<int, size_t>> blocks_;  // host address -> (device, bytes)
+  std::vector<char> stream_handles_;                // ComputeStream(d) is &stream_handles_[d]
+  std::vector<std::vector<char>*> extra_streams_;
+};
+
+}  // namespace trainyard::testing

@@ -1,0 +1,130 @@
+// CPU-vs-CUDA parity on a real GPU through libtrainyard_cuda.so: every op case of op_cases.h
+// in f32 and, where the op supports it, bf16 and f16, and a tiny GPT's training steps. Every
+// test skips itself, saying why, where the library cannot be loaded or no GPU is visible.
+//
+// The library is found through $TRAINYARD_CUDA_LIB, which defaults to the build's own
+// (TY_CUDA_LIB, set by tests/CMakeLists.txt when the build makes it).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ostream>
+#include <string>
+
+#include "tests/worker/cuda/op_cases.h"
+#include "worker/tensor/cuda_backend.h"
+
+namespace trainyard::testing {
+namespace {
+
+const Device kCuda = Device::Cuda(0);
+
+// Why CUDA tests cannot run here, or "" when they can.
+std::string WhyNoGpu() {
+#ifdef TY_CUDA_LIB
+  setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, /*overwrite=*/0);
+#endif
+  StatusOr<cuda::Backend*> backend = LoadCudaBackend();
+  if (!backend.ok()) return "the CUDA backend cannot be loaded: " + backend.status().message();
+  if ((*backend)->DeviceCount() == 0) return "the CUDA backend loaded but sees no GPU";
+  return "";
+}
+
+class CudaParityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = WhyNoGpu();
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+struct OpParam {
+  std::string name;
+  DType dtype;
+  bool gemm;
+  uint64_t seed;
+};
+
+std::vector<OpParam> AllOpParams() {
+  std::vector<OpParam> params;
+  uint64_t seed = 9001;
+  for (const OpCase& c : OpCases()) {
+    params.push_back({c.name, DType::kFloat32, c.gemm, seed});
+    if (c.half) {
+      params.push_back({c.name, DType::kBFloat16, c.gemm, seed});
+      params.push_back({c.name, DType::kFloat16, c.gemm, seed});
+    }
+    ++seed;
+  }
+  return params;
+}
+
+void PrintTo(const OpParam& p, std::ostream* os) {
+  *os << p.name << " in " << DTypeName(p.dtype) << ", seed " << p.seed;
+}
+
+std::string ParamName(const ::testing::TestParamInfo<OpParam>& info) {
+  return info.param.name + "_" + DTypeName(info.param.dtype);
+}
+
+// Relative tolerances (of an element and of the tensor's largest magnitude): f32 kernels
+// reorder sums (1e-4), TF32 tensor cores keep 10 mantissa bits (2e-3), 16-bit storage rounds
+// every op's output (bf16 8 bits, f16 11).
+double Tolerance(DType dtype, bool gemm) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return 2e-2;
+    case DType::kFloat16:
+      return 5e-3;
+    default:
+      return gemm ? 2e-3 : 1e-4;
+  }
+}
+
+class CudaParityOpTest : public CudaParityTest, public ::testing::WithParamInterface<OpParam> {};
+
+TEST_P(CudaParityOpTest, MatchesTheCpuReference) {
+  const OpParam& p = GetParam();
+  SCOPED_TRACE(::testing::Message()
+               << "case " << p.name << ", dtype " << DTypeName(p.dtype) << ", seed " << p.seed);
+  RecordProperty("seed", std::to_string(p.seed));
+  const OpCase& c = FindCase(p.name);
+  CaseResult want = RunCase(c, Device::Cpu(), p.dtype, p.seed);
+  CaseResult got = RunCase(c, kCuda, p.dtype, p.seed);
+  EXPECT_EQ(CompareResults(got, want, Tolerance(p.dtype, p.gemm)), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, CudaParityOpTest, ::testing::ValuesIn(AllOpParams()), ParamName);
+
+TEST_F(CudaParityTest, DeviceReportsItsProperties) {
+  cuda::DeviceProperties props;
+  ASSERT_TRUE(CudaBackend().Properties(0, &props).ok());
+  EXPECT_FALSE(props.name.empty());
+  EXPECT_GE(props.major, 7);
+  EXPECT_GT(props.total_memory, 0);
+  std::printf("cuda:0 is %s (sm_%d%d, %lld MiB)\n", props.name.c_str(), props.major, props.minor,
+              static_cast<long long>(props.total_memory >> 20));
+}
+
+// Three AdamW steps: the losses within TF32's tolerance; the parameters, which Adam's
+// normalisation moves by lr-sized steps for small gradients, within 1e-2 of their scale.
+void ExpectGptTrainsAsOnTheCpu(double dropout) {
+  const uint64_t seed = 4242;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << ", dropout " << dropout);
+  CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed);
+  CaseResult got = TrainTinyGpt(kCuda, dropout, 3, seed);
+  ASSERT_EQ(got.size(), want.size());
+  const CaseResult got_losses(got.begin(), got.begin() + 3),
+      want_losses(want.begin(), want.begin() + 3);
+  EXPECT_EQ(CompareResults(got_losses, want_losses, 2e-3), "");
+  EXPECT_EQ(CompareResults(got, want, 1e-2), "");
+}
+
+TEST_F(CudaParityTest, TinyGptTrainingStepsMatchTheCpu) { ExpectGptTrainsAsOnTheCpu(0); }
+
+TEST_F(CudaParityTest, TinyGptWithDropoutTrainingStepsMatchTheCpu) {
+  ExpectGptTrainsAsOnTheCpu(0.1);
+}
+
+}  // namespace
+}  // namespace trainyard::testing

@@ -1,0 +1,297 @@
+// The engine's CUDA dispatch on a fake device over host memory (tests/testing/host_backend.h):
+// every op case on cuda:0 against the CPU, device copies and moves, and a tiny GPT training
+// run. Runs in every build; cuda_parity_test.cc does the same against a real GPU.
+#include "tests/testing/host_backend.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "tests/worker/cuda/op_cases.h"
+#include "worker/autograd/engine.h"
+#include "worker/nn/gpt.h"
+#include "worker/nn/linear.h"
+#include "worker/ops/attention.h"
+#include "worker/ops/elementwise.h"
+#include "worker/ops/linalg.h"
+#include "worker/ops/reduction.h"
+#include "worker/ops/views.h"
+#include "worker/optim/adam.h"
+#include "worker/tensor/cuda_backend.h"
+#include "worker/tensor/views.h"
+
+namespace trainyard::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+const Device kCuda = Device::Cuda(0);
+
+// Makes `backend` the process's CUDA backend while in scope. Tensors on it must be gone first
+// (the allocators are dropped with the backend), so declare it before them.
+class ScopedBackend {
+ public:
+  explicit ScopedBackend(HostBackend* backend) { SetCudaBackendForTesting(backend); }
+  ~ScopedBackend() { SetCudaBackendForTesting(nullptr); }
+  ScopedBackend(const ScopedBackend&) = delete;
+  ScopedBackend& operator=(const ScopedBackend&) = delete;
+};
+
+class HostBackendTest : public ::testing::Test {
+ protected:
+  HostBackend backend_;
+  ScopedBackend scope_{&backend_};
+};
+
+// ---- Every op case, f32 (near exact) and bf16/f16 (within the dtype's rounding) ----
+
+struct OpParam {
+  std::string name;
+  DType dtype;
+  uint64_t seed;
+};
+
+std::vector<OpParam> AllOpParams() {
+  std::vector<OpParam> params;
+  uint64_t seed = 7001;
+  for (const OpCase& c : OpCases()) {
+    params.push_back({c.name, DType::kFloat32, seed});
+    if (c.half) {
+      params.push_back({c.name, DType::kBFloat16, seed});
+      params.push_back({c.name, DType::kFloat16, seed});
+    }
+    ++seed;
+  }
+  return params;
+}
+
+void PrintTo(const OpParam& p, std::ostream* os) {
+  *os << p.name << " in " << DTypeName(p.dtype) << ", seed " << p.seed;
+}
+
+std::string ParamName(const ::testing::TestParamInfo<OpParam>& info) {
+  return info.param.name + "_" + DTypeName(info.param.dtype);
+}
+
+// Relative tolerances of a HostBackend run against the CPU: the kernels are the CPU's, so f32
+// differs only where the CUDA path orders operations differently (fused bias, composed
+// variance, the attention reference); 16-bit runs round every op's output.
+double Tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return 2e-2;
+    case DType::kFloat16:
+      return 5e-3;
+    default:
+      return 1e-5;
+  }
+}
+
+class HostBackendOpTest : public HostBackendTest, public ::testing::WithParamInterface<OpParam> {};
+
+TEST_P(HostBackendOpTest, MatchesTheCpuReference) {
+  const OpParam& p = GetParam();
+  SCOPED_TRACE(::testing::Message()
+               << "case " << p.name << ", dtype " << DTypeName(p.dtype) << ", seed " << p.seed);
+  RecordProperty("seed", std::to_string(p.seed));
+  const OpCase& c = FindCase(p.name);
+  CaseResult want = RunCase(c, Device::Cpu(), p.dtype, p.seed);
+  const int64_t before = backend_.kernel_launches();
+  EXPECT_EQ(before, 0) << "the CPU run launched a device kernel";
+  CaseResult got = RunCase(c, kCuda, p.dtype, p.seed);
+  EXPECT_GT(backend_.kernel_launches(), before) << "the case ran no device kernel";
+  EXPECT_EQ(CompareResults(got, want, Tolerance(p.dtype)), "");
+  for (const auto& [name, t] : got) {
+    if (t.defined()) {
+      EXPECT_TRUE(t.device().is_cpu()) << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, HostBackendOpTest, ::testing::ValuesIn(AllOpParams()), ParamName);
+
+// ---- Copies, moves and reads ----
+
+TEST_F(HostBackendTest, CopiesRoundTripFromStridedSourcesOnBothSides) {
+  Generator gen(11);
+  Tensor x = Uniform({7, 13}, -1, 1, {}, &gen);
+  Tensor xt = views::Transpose(x, 0, 1);  // (13, 7), strided on the CPU
+  Tensor d = CopyToDevice(xt, kCuda);
+  EXPECT_TRUE(d.device().is_cuda());
+  EXPECT_TRUE(d.is_contiguous());
+  EXPECT_EQ(ToVector<float>(d), ToVector<float>(xt));
+  Tensor ds = views::Slice(views::Transpose(d, 0, 1), 1, 1, 13, 3);  // strided on the device
+  EXPECT_EQ(ToVector<float>(CopyToDevice(ds, Device::Cpu())),
+            ToVector<float>(views::Slice(x, 1, 1, 13, 3)));
+  // Into a strided CPU destination, from a converted device tensor.
+  Tensor half = CopyToDevice(ConvertTo(views::Slice(x, 1, 0, 5), DType::kBFloat16), kCuda);
+  Tensor dst = Zeros({5, 7});
+  CopyInto(views::Transpose(dst, 0, 1), half);  // (7, 5): bf16 on cuda:0 to f32 on the CPU
+  EXPECT_EQ(ToVector<float>(views::Transpose(dst, 0, 1)),
+            ToVector<float>(ConvertTo(views::Slice(x, 1, 0, 5), DType::kBFloat16)));
+  // Broadcasting a device row into every row of a strided CPU destination.
+  Tensor rows = Zeros({5, 3});
+  CopyInto(views::Transpose(rows, 0, 1), views::Select(half, 0, 2));
+  for (int64_t r = 0; r < 3; ++r)
+    EXPECT_EQ(ToVector<float>(views::Select(rows, 1, r)),
+              ToVector<float>(views::Select(half, 0, 2)));
+  // Into a strided device destination.
+  Tensor on_dev = Zeros({13, 7}, Options(DType::kFloat32).set_device(kCuda));
+  CopyInto(views::Transpose(on_dev, 0, 1), x);
+  EXPECT_EQ(ToVector<float>(on_dev), ToVector<float>(xt));
+}
+
+TEST_F(HostBackendTest, ToDeviceIsDifferentiableBackToTheCpu) {
+  Tensor x = Uniform({5, 3}, -1, 1, {}, nullptr).set_requires_grad(true);
+  StatusOr<Tensor> y = ops::To(x, kCuda);
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  ASSERT_TRUE(autograd::Backward(ops::Sum(ops::Mul(*y, *y))).ok());
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_TRUE(x.grad().device().is_cpu());
+  EXPECT_EQ(ToVector<float>(x.grad()), ToVector<float>(ops::MulScalar(x.detach(), 2)));
+}
+
+TEST_F(HostBackendTest, ToAnInvisibleDeviceIsFailedPrecondition) {
+  StatusOr<Tensor> y = ops::To(Zeros({2}), Device::Cuda(1));
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(y.status().message(), HasSubstr("cuda:1 is not available: 1 CUDA device(s)"));
+}
+
+TEST_F(HostBackendTest, ItemToVectorAndToStringReadDeviceTensors) {
+  Tensor t = Full({2, 3}, 1.5, Options(DType::kFloat32).set_device(kCuda));
+  EXPECT_EQ(ToVector<float>(t), std::vector<float>(6, 1.5f));
+  EXPECT_EQ(ops::Sum(t).item(), 9.0);
+  EXPECT_THAT(t.ToString(), HasSubstr("device='cuda:0'"));
+  Tensor i = Arange(5, Options(DType::kInt64).set_device(kCuda));
+  EXPECT_EQ(ToVector<int64_t>(i), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
+TEST_F(HostBackendTest, DeviceMemoryFaultsWhenTheHostReadsIt) {
+  Tensor t = Zeros({4}, Options(DType::kFloat32).set_device(kCuda));
+  EXPECT_DEATH(
+      {
+        volatile float v = *static_cast<float*>(t.raw_data());
+        (void)v;
+      },
+      "");
+}
+
+TEST_F(HostBackendTest, MoveToDeviceKeepsHandlesAndMovesTheGradient) {
+  Tensor p = Ones({3, 4}).set_requires_grad(true);
+  p.set_grad(Full({3, 4}, 2));
+  Tensor alias = p;  // another handle to the same tensor, as an optimizer holds
+  MoveToDevice(p, kCuda);
+  EXPECT_TRUE(alias.device().is_cuda());
+  EXPECT_TRUE(alias.grad().device().is_cuda());
+  EXPECT_EQ(ToVector<float>(alias), std::vector<float>(12, 1));
+  EXPECT_EQ(ToVector<float>(alias.grad()), std::vector<float>(12, 2));
+  MoveToDevice(alias, Device::Cpu());
+  EXPECT_TRUE(p.device().is_cpu());
+}
+
+TEST_F(HostBackendTest, ModuleToMovesTiedWeightsOnceAndOptimizerHandlesFollow) {
+  Generator gen(3);
+  auto model = std::make_shared<nn::Gpt>(nn::GptConfig{11, 8, 1, 2, 8, 0, true}, &gen);
+  auto opt = optim::AdamW::Create(model->NamedParameters(), {});
+  ASSERT_TRUE(opt.ok());
+  ASSERT_TRUE(model->To(kCuda).ok());
+  for (const auto& [name, t] : model->StateDict()) EXPECT_TRUE(t.device().is_cuda()) << name;
+  for (const auto& [name, t] : (*opt)->params()) EXPECT_TRUE(t.device().is_cuda()) << name;
+  Tensor wte, head;
+  for (const auto& [name, t] : model->StateDict()) {
+    if (name == "transformer.wte.weight") wte = t;
+    if (name == "lm_head.weight") head = t;
+  }
+  EXPECT_EQ(wte.impl(), head.impl());
+}
+
+TEST_F(HostBackendTest, ModuleToAnInvisibleDeviceMovesNothing) {
+  nn::Linear linear(3, 2);
+  const Status s = linear.To(Device::Cuda(2));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(linear.weight().device().is_cpu());
+}
+
+// ---- Which kernels an op launches ----
+
+TEST_F(HostBackendTest, MatmulOverAFoldableBatchIsOneGemmAndABroadcastOneIsOnePerItem) {
+  auto opts = Options(DType::kFloat32).set_device(kCuda);
+  ops::Matmul(Ones({3, 7, 13}, opts), Ones({3, 13, 5}, opts));
+  EXPECT_EQ(backend_.launches("Gemm"), 1);
+  ops::Matmul(Ones({2, 1, 7, 13}, opts), Ones({3, 13, 5}, opts));
+  EXPECT_EQ(backend_.launches("Gemm"), 1 + 6);
+}
+
+TEST_F(HostBackendTest, LinearAddsTheBiasInTheGemmEpilogue) {
+  auto opts = Options(DType::kFloat32).set_device(kCuda);
+  Tensor y = ops::Linear(Ones({4, 3}, opts), Ones({5, 3}, opts), Full({5}, 0.5, opts));
+  EXPECT_EQ(backend_.launches("Gemm"), 1);
+  EXPECT_EQ(backend_.launches("Binary"), 0);
+  EXPECT_EQ(ToVector<float>(y), std::vector<float>(20, 3.5));
+}
+
+TEST_F(HostBackendTest, AttentionWithoutAMaskRunsTheFusedKernelAndWithAMaskComposes) {
+  auto opts = Options(DType::kFloat32).set_device(kCuda);
+  Tensor q = Ones({2, 5, 8}, opts);
+  ops::ScaledDotProductAttention(q, q, q, /*is_causal=*/true);
+  EXPECT_EQ(backend_.launches("AttentionForward"), 1);
+  ops::ScaledDotProductAttention(q, q, q, false, Ones({5, 5}, opts));
+  EXPECT_EQ(backend_.launches("AttentionForward"), 1);
+  EXPECT_EQ(backend_.launches("SoftmaxForward"), 1);
+}
+
+TEST_F(HostBackendTest, AdamUpdatesEveryCudaParameterInOneLaunchPerStep) {
+  auto opts = Options(DType::kFloat32).set_device(kCuda);
+  Tensor a = Ones({3}, opts).set_requires_grad(true), b = Ones({4}, opts).set_requires_grad(true);
+  auto opt = optim::Adam::Create({{"a", a}, {"b", b}}, {});
+  ASSERT_TRUE(opt.ok());
+  a.set_grad(Ones({3}, opts));
+  b.set_grad(Ones({4}, opts));
+  (*opt)->Step();
+  EXPECT_EQ(backend_.launches("AdamMulti"), 1);
+  EXPECT_NEAR(ToVector<float>(a)[0], 1 - 1e-3, 1e-7);
+}
+
+// ---- Device memory ----
+
+TEST(HostBackendMemoryTest, OutOfDeviceMemoryIsResourceExhaustedNamingTheSizes) {
+  HostBackend small(HostBackendOptions{1, 1 << 20});
+  {
+    ScopedBackend scope(&small);
+    Tensor held = Empty({1 << 17}, Options(DType::kFloat32).set_device(kCuda));  // 512 KiB
+    StatusOr<void*> p = CudaAllocator(0).Allocate(1 << 20, ComputeStream(kCuda));
+    ASSERT_FALSE(p.ok());
+    EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_THAT(p.status().message(), HasSubstr("cuda:0: out of memory allocating 1.0 MiB"));
+    EXPECT_THAT(p.status().message(), HasSubstr("0.5 MiB allocated by tensors"));
+    EXPECT_EQ(small.allocated_bytes(0), size_t{1} << 19);
+  }
+  EXPECT_EQ(small.allocated_bytes(0), 0u) << "dropping the allocator returns its cache";
+}
+
+// ---- A whole model ----
+
+void ExpectGptTrainsAsOnTheCpu(double dropout) {
+  const uint64_t seed = 4242;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << ", dropout " << dropout);
+  CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed);
+  CaseResult got = TrainTinyGpt(kCuda, dropout, 3, seed);
+  EXPECT_EQ(CompareResults(got, want, 1e-5), "");
+  EXPECT_LT(got[2].second.item(), got[0].second.item()) << "the loss must fall";
+}
+
+TEST_F(HostBackendTest, TinyGptTrainsThreeAdamWStepsOnCudaAsOnTheCpu) {
+  ExpectGptTrainsAsOnTheCpu(0);
+}
+
+TEST_F(HostBackendTest, TinyGptWithDropoutTrainsOnCudaAsOnTheCpu) {
+  ExpectGptTrainsAsOnTheCpu(0.1);
+}
+
+}  // namespace
+}  // namespace trainyard::testing

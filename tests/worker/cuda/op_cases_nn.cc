@@ -1,0 +1,243 @@
+// The nn-level cases of op_cases.h: matmul, linear, conv2d, pooling, attention, optimizers,
+// modules; and the tiny GPT training run.
+#include <limits>
+#include <memory>
+
+#include "tests/worker/cuda/op_cases.h"
+#include "worker/autograd/engine.h"
+#include "worker/nn/gpt.h"
+#include "worker/nn/norm.h"
+#include "worker/ops/attention.h"
+#include "worker/ops/conv.h"
+#include "worker/ops/elementwise.h"
+#include "worker/ops/linalg.h"
+#include "worker/ops/loss.h"
+#include "worker/ops/pool.h"
+#include "worker/ops/reduction.h"
+#include "worker/ops/views.h"
+#include "worker/optim/adam.h"
+#include "worker/optim/clip_grad.h"
+#include "worker/optim/sgd.h"
+
+namespace trainyard::testing {
+namespace internal {
+namespace {
+
+using ops::Transpose;
+
+// out = f(inputs) for inputs of the given shapes in [-1, 1), then backward.
+OpCase ForwardBackward(std::string name, bool gemm, std::vector<Shape> shapes,
+                       std::function<Tensor(const std::vector<Tensor>&)> f) {
+  return {std::move(name), true, gemm, [=](CaseBuilder& b) {
+            std::vector<Tensor> in;
+            for (const Shape& s : shapes) in.push_back(b.Input(s));
+            Tensor out = f(in);
+            b.Output("out", out);
+            b.Backward(out);
+            b.RecordGrads();
+          }};
+}
+
+void AddMatmul(std::vector<OpCase>* v) {
+  using In = const std::vector<Tensor>&;
+  v->push_back(ForwardBackward("matmul_2d", true, {{7, 13}, {13, 33}},
+                               [](In x) { return ops::Matmul(x[0], x[1]); }));
+  v->push_back(ForwardBackward("matmul_batched", true, {{3, 7, 13}, {3, 13, 5}},
+                               [](In x) { return ops::Matmul(x[0], x[1]); }));
+  v->push_back(ForwardBackward("matmul_broadcast_batch", true, {{2, 1, 7, 13}, {3, 13, 5}},
+                               [](In x) { return ops::Matmul(x[0], x[1]); }));
+  v->push_back(ForwardBackward("matmul_transposed_views", true, {{13, 7}, {5, 13}}, [](In x) {
+    return ops::Matmul(Transpose(x[0], 0, 1), Transpose(x[1], 0, 1));
+  }));
+  v->push_back(ForwardBackward("matmul_batched_transposed_by_2d", true, {{3, 13, 7}, {13, 5}},
+                               [](In x) { return ops::Matmul(Transpose(x[0], 1, 2), x[1]); }));
+  v->push_back(ForwardBackward("matmul_vector_matrix", true, {{13}, {13, 5}, {5, 13}}, [](In x) {
+    return ops::Add(ops::Matmul(x[0], x[1]), ops::Matmul(x[2], x[0]));
+  }));
+  v->push_back(ForwardBackward("linear_with_bias", true, {{3, 7, 13}, {33, 13}, {33}},
+                               [](In x) { return ops::Linear(x[0], x[1], x[2]); }));
+  v->push_back(ForwardBackward("linear_without_bias", true, {{7, 13}, {5, 13}},
+                               [](In x) { return ops::Linear(x[0], x[1]); }));
+  v->push_back(
+      ForwardBackward("linear_on_a_strided_input", true, {{7, 26}, {5, 13}, {5}},
+                      [](In x) { return ops::Linear(ops::Slice(x[0], 1, 0, 26, 2), x[1], x[2]); }));
+}
+
+void AddConvPool(std::vector<OpCase>* v) {
+  using In = const std::vector<Tensor>&;
+  v->push_back(ForwardBackward("conv2d_groups_stride_padding_bias", true,
+                               {{2, 6, 9, 11}, {4, 3, 3, 3}, {4}},
+                               [](In x) { return ops::Conv2d(x[0], x[1], x[2], 2, 1, 1, 2); }));
+  v->push_back(ForwardBackward(
+      "conv2d_unbatched_dilation_no_bias", true, {{3, 13, 7}, {5, 3, 3, 2}}, [](In x) {
+        return ops::Conv2d(x[0], x[1], Tensor(),
+                           ops::Conv2dOptions().set_stride(1, 2).set_dilation(2));
+      }));
+  v->push_back(ForwardBackward("max_pool2d", false, {{2, 3, 9, 11}},
+                               [](In x) { return ops::MaxPool2d(x[0], 3, 2, 1); }));
+  v->push_back(ForwardBackward("max_pool2d_rect_dilated", false, {{2, 3, 9, 11}},
+                               [](In x) { return ops::MaxPool2d(x[0], 2, 3, 1, 2, 0, 1, 2); }));
+  for (bool include : {true, false}) {
+    v->push_back(ForwardBackward(
+        include ? "avg_pool2d_count_include_pad" : "avg_pool2d_exclude_pad", false, {{2, 3, 9, 11}},
+        [include](In x) { return ops::AvgPool2d(x[0], 3, 2, 1, include); }));
+  }
+  v->push_back(ForwardBackward("adaptive_avg_pool2d", false, {{2, 3, 9, 11}},
+                               [](In x) { return ops::AdaptiveAvgPool2d(x[0], 4, 5); }));
+}
+
+// A (l, s) uint8 mask where every query sees key 0 and some others.
+Tensor AttentionMask(int64_t l, int64_t s, Device device) {
+  std::vector<uint8_t> m(l * s);
+  for (int64_t i = 0; i < l; ++i)
+    for (int64_t j = 0; j < s; ++j) m[i * s + j] = j == 0 || (i * 7 + j * 3) % 4 != 0;
+  Tensor host = FromVector(m, {l, s});
+  return device.is_cpu() ? host : CopyToDevice(host, device);
+}
+
+void AddAttention(std::vector<OpCase>* v) {
+  using In = const std::vector<Tensor>&;
+  v->push_back(
+      ForwardBackward("sdpa_fused", true, {{2, 3, 7, 16}, {2, 3, 9, 16}, {2, 3, 9, 16}},
+                      [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2]); }));
+  v->push_back(
+      ForwardBackward("sdpa_fused_causal", true, {{2, 3, 13, 16}, {2, 3, 13, 16}, {2, 3, 13, 16}},
+                      [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2], true); }));
+  v->push_back(ForwardBackward("sdpa_fused_causal_transposed_heads", true,
+                               {{2, 9, 3, 8}, {2, 9, 3, 8}, {2, 9, 3, 8}}, [](In x) {
+                                 return ops::ScaledDotProductAttention(
+                                     Transpose(x[0], 1, 2), Transpose(x[1], 1, 2),
+                                     Transpose(x[2], 1, 2), true, Tensor(), 0.3);
+                               }));
+  v->push_back(ForwardBackward(
+      "sdpa_composed_large_head", true, {{1, 2, 5, 136}, {1, 2, 6, 136}, {1, 2, 6, 136}},
+      [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2]); }));
+  v->push_back({"sdpa_composed_bool_mask", true, true, [](CaseBuilder& b) {
+                  Tensor q = b.Input({2, 5, 16}), k = b.Input({2, 9, 16}), vv = b.Input({2, 9, 8});
+                  Tensor out = ops::ScaledDotProductAttention(q, k, vv, false,
+                                                              AttentionMask(5, 9, b.device()));
+                  b.Output("out", out);
+                  b.Backward(out);
+                  b.RecordGrads();
+                }});
+  v->push_back({"sdpa_composed_float_mask", true, true, [](CaseBuilder& b) {
+                  Tensor q = b.Input({2, 5, 16}), k = b.Input({2, 9, 16}), vv = b.Input({2, 9, 16});
+                  Tensor mask = b.Const({5, 9}, -2, 0);
+                  Tensor out = ops::ScaledDotProductAttention(q, k, vv, false, mask);
+                  b.Output("out", out);
+                  b.Backward(out);
+                  b.RecordGrads();
+                }});
+}
+
+// Three steps of `opt` on loss = sum(p0^2 * c) + sum(exp(p1)); records the parameters.
+void Train(CaseBuilder& b, optim::Optimizer& opt, const Tensor& p0, const Tensor& p1) {
+  Tensor c = b.Const(p0.shape());
+  for (int step = 0; step < 3; ++step) {
+    opt.ZeroGrad();
+    Tensor loss = ops::Add(ops::Sum(ops::Mul(ops::Mul(p0, p0), c)), ops::Sum(ops::Exp(p1)));
+    const Status s = autograd::Backward(loss);
+    TY_CHECK(s.ok()) << s.message();
+    opt.Step();
+  }
+  b.Output("p0", p0);
+  b.Output("p1", p1);
+}
+
+void AddOptim(std::vector<OpCase>* v) {
+  v->push_back({"adam_three_steps", false, false, [](CaseBuilder& b) {
+                  Tensor p0 = b.Input({7, 13}), p1 = b.Input({33});
+                  optim::AdamOptions o;
+                  o.lr = 0.05, o.weight_decay = 0.1;
+                  auto opt = optim::Adam::Create({{"p0", p0}, {"p1", p1}}, o);
+                  TY_CHECK(opt.ok());
+                  Train(b, **opt, p0, p1);
+                  b.Output("exp_avg_sq", (*opt)->state(0).buffers.at("exp_avg_sq"));
+                }});
+  v->push_back({"adamw_three_steps", false, false, [](CaseBuilder& b) {
+                  Tensor p0 = b.Input({7, 13}), p1 = b.Input({33});
+                  optim::AdamWOptions o;
+                  o.lr = 0.05, o.weight_decay = 0.1;
+                  auto opt = optim::AdamW::Create({{"p0", p0}, {"p1", p1}}, o);
+                  TY_CHECK(opt.ok());
+                  Train(b, **opt, p0, p1);
+                  b.Output("exp_avg", (*opt)->state(1).buffers.at("exp_avg"));
+                }});
+  for (bool momentum : {true, false}) {
+    v->push_back({momentum ? "sgd_nesterov_weight_decay" : "sgd_plain", false, false,
+                  [momentum](CaseBuilder& b) {
+                    Tensor p0 = b.Input({7, 13}), p1 = b.Input({33});
+                    optim::SGDOptions o;
+                    o.lr = 0.1;
+                    if (momentum) o.momentum = 0.9, o.nesterov = true, o.weight_decay = 0.01;
+                    auto opt = optim::SGD::Create({{"p0", p0}, {"p1", p1}}, o);
+                    TY_CHECK(opt.ok());
+                    Train(b, **opt, p0, p1);
+                  }});
+  }
+  for (double norm : {2.0, std::numeric_limits<double>::infinity()}) {
+    v->push_back({norm == 2 ? "clip_grad_norm_l2" : "clip_grad_norm_inf", false, false,
+                  [norm](CaseBuilder& b) {
+                    Tensor p0 = b.Input({7, 13}), p1 = b.Input({33});
+                    b.Backward(ops::Add(ops::Sum(ops::Mul(p0, p0)), ops::Sum(ops::Exp(p1))));
+                    const double total = optim::ClipGradNorm({p0, p1}, 0.5, norm);
+                    b.Output("total_norm", Scalar(total, Options(DType::kFloat64)));
+                    b.RecordGrads();
+                  }});
+  }
+  v->push_back({"batch_norm2d_module_training", false, false, [](CaseBuilder& b) {
+                  nn::BatchNorm2d bn(7);
+                  TY_CHECK(bn.To(b.device()).ok());
+                  Tensor x = b.Input({5, 7, 3, 3}, -2, 2);
+                  Tensor y = bn.Forward(x);
+                  b.Backward(y);
+                  b.Output("y", y);
+                  for (const auto& [name, t] : bn.StateDict()) b.Output(name, t);
+                  b.Output("weight_grad", bn.weight().grad());
+                  b.RecordGrads();
+                }});
+}
+
+}  // namespace
+
+void AddNnCases(std::vector<OpCase>* cases) {
+  AddMatmul(cases);
+  AddConvPool(cases);
+  AddAttention(cases);
+  AddOptim(cases);
+}
+
+}  // namespace internal
+
+CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed) {
+  Generator gen(seed);  // weights and dropout; outlives the model
+  auto model = std::make_shared<nn::Gpt>(nn::GptConfig{11, 8, 2, 2, 16, dropout, true}, &gen);
+  const Status moved = model->To(device);
+  TY_CHECK(moved.ok()) << moved.message();
+  // eps 1e-4, not 1e-8: gradients that are zero up to rounding (the key bias's; softmax ignores
+  // a shift shared by every key) would otherwise turn rounding noise into lr-sized steps.
+  optim::AdamWOptions o;
+  o.lr = 1e-2;
+  o.eps = 1e-4;
+  auto opt = optim::AdamW::Create(model->NamedParameters(), o);
+  TY_CHECK(opt.ok()) << opt.status().message();
+  Generator data(seed + 1);
+  Tensor x = RandInt({3, 8}, 0, 11, Options(DType::kInt64), &data);
+  Tensor y = RandInt({3, 8}, 0, 11, Options(DType::kInt64), &data);
+  if (device.is_cuda()) x = CopyToDevice(x, device), y = CopyToDevice(y, device);
+  CaseResult result;
+  for (int step = 0; step < steps; ++step) {
+    (*opt)->ZeroGrad();
+    Tensor logits = model->Forward(x);
+    Tensor loss = ops::CrossEntropy(ops::Reshape(logits, {-1, 11}), ops::Reshape(y, {-1}));
+    const Status s = autograd::Backward(loss);
+    TY_CHECK(s.ok()) << s.message();
+    (*opt)->Step();
+    result.emplace_back("loss" + std::to_string(step), CopyToDevice(loss.detach(), Device::Cpu()));
+  }
+  for (const auto& [name, p] : model->NamedParameters())
+    result.emplace_back(name, CopyToDevice(p.detach(), Device::Cpu()));
+  return result;
+}
+
+}  // namespace trainyard::testing
