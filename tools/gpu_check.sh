@@ -1,26 +1,67 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, for a lent GPU machine (CUDA, CMake and ninja; no Gloo, no gRPC):
-# builds the engine and libtrainyard_nccl.so, runs the NCCL process-group tests, prints a table.
+# The checks that need a GPU, for a lent GPU machine (CUDA, CMake, ninja and PyTorch; no Gloo,
+# gRPC, OpenBLAS, Google Benchmark or GoogleTest): builds the engine, libtrainyard_cuda.so and
+# libtrainyard_nccl.so, runs the CUDA parity tests, the NCCL tests and the GPU benchmarks
+# (engine and PyTorch side by side), and prints one short table. Meant to fit 8 minutes.
+#
 #   tools/gpu_check.sh            # from the repository root
+#
+# GoogleTest: the machine has none, so carry Debian's sources along (not committed):
+#   mkdir -p .gpu-deps && cp -r /usr/src/googletest .gpu-deps/ && echo /.gpu-deps/ >>.git/info/exclude
+# and name .gpu-deps in the device tool's `carry`. cuDNN and NCCL come from PyTorch's wheels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${TY_GPU_BUILD_DIR:-build-gpu}
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || echo "no nvidia-smi"
-tests=ON
-[ -f /usr/include/gtest/gtest.h ] || tests=OFF
+out=${OUT:-$build/out}
+mkdir -p "$build" "$out"
+start=$(date +%s)
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
+
+# cuDNN and NCCL from the nvidia-* wheels next to PyTorch, where the toolkit has none.
+wheel_dir() { python3 -c "import os, nvidia.$1 as m; print(os.path.dirname(m.__file__))" 2>/dev/null; }
+cudnn=$(wheel_dir cudnn)
+nccl=$(wheel_dir nccl)
+extra=()
+[ -n "$cudnn" ] && extra+=(-DTY_CUDNN_ROOT="$cudnn") && export LD_LIBRARY_PATH="$cudnn/lib:${LD_LIBRARY_PATH:-}"
+if [ -n "$nccl" ]; then
+  extra+=(-DTY_NCCL_INCLUDE_DIR="$nccl/include" -DTY_NCCL_LIBRARY="$(ls "$nccl"/lib/libnccl.so* | head -1)")
+  export LD_LIBRARY_PATH="$nccl/lib:$LD_LIBRARY_PATH"
+fi
+[ -f /usr/include/gtest/gtest.h ] || [ ! -d .gpu-deps/googletest ] ||
+  extra+=(-DTY_GTEST_SOURCE_DIR="$PWD/.gpu-deps/googletest")
+
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTY_WITH_CUDA=ON \
-      -DTY_BUILD_TESTS=$tests -DTY_BUILD_BENCH=OFF >"$build.configure.log" 2>&1 ||
-  { tail -20 "$build.configure.log"; exit 1; }
-targets=(trainyard_nccl)
-[ "$tests" = ON ] && targets+=(nccl_gpu_test dist_test)
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" 2>&1 | tail -3
-printf '\n%-40s %s\n' check result
-for t in nccl_gpu_test dist_test; do
+      -DCMAKE_CUDA_ARCHITECTURES=90 "${extra[@]}" >"$out/configure.log" 2>&1 ||
+  { tail -30 "$out/configure.log"; exit 1; }
+targets=(trainyard_cuda cuda_bench)
+grep -q "^cuda_test:" <(ninja -C "$build" -t targets all 2>/dev/null) && targets+=(cuda_test)
+grep -q "^nccl_gpu_test:" <(ninja -C "$build" -t targets all 2>/dev/null) && targets+=(nccl_gpu_test)
+ninja -C "$build" -j "$(nproc)" "${targets[@]}" >"$out/build.log" 2>&1 ||
+  { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+echo "built ${targets[*]} in $(( $(date +%s) - start )) s"
+
+row() { printf '%-34s %s\n' "$1" "$2"; }
+printf '\n%-34s %s\n' check result
+for t in cuda_test nccl_gpu_test; do
   bin="$build/tests/$t"
   if [ -x "$bin" ]; then
-    out=$("$bin" --gtest_brief=1 2>&1 | tail -3 | tr '\n' ' ')
-    printf '%-40s %s\n' "$t" "$out"
+    filter='*'
+    [ "$t" = cuda_test ] && filter='CudaParityTest.*:*CudaParityOpTest.*'
+    "$bin" --gtest_filter="$filter" --gtest_brief=1 >"$out/$t.log" 2>&1
+    row "$t" "$(grep -E '^\[  (PASSED|FAILED)  \]|SKIPPED \]' "$out/$t.log" | tr '\n' ' ' | cut -c1-120)"
+    grep -E '^\[  FAILED  \]' "$out/$t.log" | head -20
   else
-    printf '%-40s %s\n' "$t" "not built (tests=$tests)"
+    row "$t" "not built"
   fi
 done
+
+bench="$build/bench/cuda_bench"
+timeout 180 "$bench" matmul >"$out/matmul.jsonl" 2>"$out/matmul.err"; row "cuda_bench matmul" "rc $?"
+timeout 120 python3 bench/torch_gpt2_step.py --matmul >"$out/torch_matmul.jsonl" 2>&1
+timeout 180 "$bench" gpt2 >"$out/gpt2.jsonl" 2>"$out/gpt2.err"; row "cuda_bench gpt2" "rc $?"
+timeout 180 python3 bench/torch_gpt2_step.py >"$out/torch_gpt2.jsonl" 2>&1
+row "torch gpt2" "rc $?"
+echo
+cat "$out"/matmul.jsonl "$out"/torch_matmul.jsonl "$out"/gpt2.jsonl "$out"/torch_gpt2.jsonl
+tail -5 "$out"/gpt2.err "$out"/matmul.err 2>/dev/null
+echo "total $(( $(date +%s) - start )) s"
