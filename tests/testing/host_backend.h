@@ -48,8 +48,8 @@ class HostBackend final : public kernels::cuda::Backend {
   explicit HostBackend(HostBackendOptions options = {});
   ~HostBackend() override;
 
-  // Kernel launches by name ("Gemm", "AttentionForward", ...), for tests that check which path
-  // an op took.
+  // Kernel launches by name ("Gemm", "AttentionForward", ...; "Gemm.bf16" and "Gemm.f16" count
+  // the products on 16-bit inputs), for tests that check which path an op took.
   int64_t launches(const std::string& kernel) const;
   int64_t kernel_launches() const;  // of every kernel, Memcpy excluded
   size_t allocated_bytes(int device) const;

@@ -239,6 +239,8 @@ void HostBackend::Gemm(const cuda::GemmArgs& g, Stream stream) {
   TY_CHECK(!g.epilogue.gelu || g.epilogue.gelu_input == nullptr || g.batch == 1)
       << "Gemm: a gelu_input for a batch of " << g.batch;
   Count("Gemm");
+  if (g.in == ScalarType::kBF16) Count("Gemm.bf16");
+  if (g.in == ScalarType::kF16) Count("Gemm.f16");
   const int64_t a_span = g.trans_a ? Span(g.k, g.m, g.lda) : Span(g.m, g.k, g.lda);
   const int64_t b_span = g.trans_b ? Span(g.n, g.k, g.ldb) : Span(g.k, g.n, g.ldb);
   const int64_t c_span = Span(g.m, g.n, g.ldc);

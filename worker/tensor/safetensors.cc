@@ -72,10 +72,6 @@ Status CheckTensors(const std::vector<std::pair<std::string, Tensor>>& tensors) 
       return InvalidArgumentError("tensor name " + Quoted(name) + " appears twice");
     }
     if (!t.defined()) return InvalidArgumentError("tensor " + Quoted(name) + " is undefined");
-    if (!t.device().is_cpu()) {
-      return FailedPreconditionError("tensor " + Quoted(name) + " is on " + t.device().ToString() +
-                                     "; copy it to the cpu first");
-    }
   }
   return OkStatus();
 }

@@ -1,0 +1,137 @@
+// The trainer on a "cuda" device backed by host memory (tests/testing/host_backend.h): the
+// model, the optimizer state and every batch go to the device (the batch through DeviceCopier),
+// autocast runs the products in real bf16 tensors there, fp16 scales its loss, and checkpoints
+// written from device tensors resume on the CPU.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "kernels/cpu/parallel.h"
+#include "tests/testing/host_backend.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/worker/trainer/trainer_test_util.h"
+#include "worker/tensor/cuda_backend.h"
+#include "worker/trainer/trainer.h"
+
+namespace trainyard::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+spec::JobSpec ParseSpec(const std::string& json_text) {
+  StatusOr<Json> json = Json::Parse(json_text);
+  TY_CHECK(json.ok()) << json.status();
+  StatusOr<spec::JobSpec> spec = spec::ParseJobSpec(*json);
+  TY_CHECK(spec.ok()) << spec.status();
+  return *spec;
+}
+
+class HostBackendTrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kernels::cpu::SetNumThreads(2);
+    SetCudaBackendForTesting(&backend_);
+    text_ = dir_.path() + "/corpus.txt";
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += "In the beginning God created the heaven and the earth. ";
+    testing::WriteRaw(text_, text);
+  }
+  void TearDown() override { SetCudaBackendForTesting(nullptr); }
+
+  // A tiny GPT with dropout and AdamW, as in the trainer tests.
+  spec::JobSpec GptSpec(const std::string& extra, int64_t steps = 6) {
+    return ParseSpec(R"({"model": {"gpt": {"context": 16, "n_layer": 1, "n_head": 2,
+                                            "n_embd": 16, "dropout": 0.1}},
+      "data": {"text": {"path": ")" +
+                     text_ + R"("}},
+      "optimizer": {"adamw": {"lr": 0.01}}, "grad_clip_norm": 1.0, "batch_size": 4,
+      "steps": )" + std::to_string(steps) +
+                     R"(, "seed": 3, "eval": {"max_batches": 2})" + extra + "}");
+  }
+
+  std::vector<StepMetrics> Run(const spec::JobSpec& spec, TrainSummary* summary = nullptr) {
+    std::vector<StepMetrics> steps;
+    TrainerOptions options;
+    options.on_step = [&](const StepMetrics& m) { steps.push_back(m); };
+    StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(spec, options);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (!trainer.ok()) return steps;
+    StatusOr<TrainSummary> result = (*trainer)->Run();
+    EXPECT_TRUE(result.ok()) << result.status();
+    if (summary != nullptr && result.ok()) *summary = *result;
+    return steps;
+  }
+
+  ::trainyard::testing::HostBackend backend_;
+  ::trainyard::testing::TempDir dir_;
+  std::string text_;
+};
+
+TEST_F(HostBackendTrainerTest, AGptTrainsOnCudaWithTheLossesOfTheCpu) {
+  const std::vector<StepMetrics> cpu = Run(GptSpec(""));
+  const int64_t launches_before = backend_.kernel_launches();
+  const std::vector<StepMetrics> gpu = Run(GptSpec(R"(, "device": "cuda")"));
+  ASSERT_EQ(cpu.size(), 6u);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_NEAR(gpu[i].loss, cpu[i].loss, 1e-4 * cpu[i].loss) << "step " << i + 1;
+    EXPECT_NEAR(gpu[i].grad_norm, cpu[i].grad_norm, 1e-3 * cpu[i].grad_norm) << "step " << i + 1;
+  }
+  EXPECT_GT(backend_.kernel_launches() - launches_before, 100);
+  EXPECT_GT(backend_.launches("AdamMulti"), 0) << "AdamW steps the device parameters at once";
+}
+
+TEST_F(HostBackendTrainerTest, Bf16OnCudaRunsTheProductsInBf16AndTrains) {
+  const std::vector<StepMetrics> fp32 = Run(GptSpec(R"(, "device": "cuda")"));
+  const std::vector<StepMetrics> bf16 =
+      Run(GptSpec(R"(, "device": "cuda", "precision": "bf16")", 12));
+  ASSERT_EQ(bf16.size(), 12u);
+  EXPECT_NE(bf16[0].loss, fp32[0].loss) << "bf16 products round";
+  EXPECT_NEAR(bf16[0].loss, fp32[0].loss, 2e-2 * fp32[0].loss);
+  EXPECT_LT(bf16.back().loss, bf16.front().loss);
+  EXPECT_GT(backend_.launches("Gemm.bf16"), 0) << "the matrix products ran on bf16 tensors";
+}
+
+TEST_F(HostBackendTrainerTest, Fp16OnCudaScalesTheLossAndTrains) {
+  TrainSummary summary;
+  const std::vector<StepMetrics> steps =
+      Run(GptSpec(R"(, "device": "cuda", "precision": "fp16")", 12), &summary);
+  ASSERT_EQ(steps.size(), 12u);
+  EXPECT_EQ(steps[0].loss_scale, 65536);
+  EXPECT_TRUE(std::isfinite(steps.back().loss));
+  EXPECT_LT(steps.back().loss, steps.front().loss);
+}
+
+TEST_F(HostBackendTrainerTest, ACheckpointOfACudaRunResumesOnTheCpuExactly) {
+  const std::string ckpt = R"(, "checkpoint": {"dir": ")" + dir_.path() + R"(/ckpt"})";
+  const std::vector<StepMetrics> whole = Run(GptSpec(R"(, "device": "cuda")"));
+  // Three steps on the device, saved; the other three resumed on the CPU.
+  const std::vector<StepMetrics> first = Run(GptSpec(R"(, "device": "cuda")" + ckpt, 3));
+  const std::vector<StepMetrics> rest = Run(GptSpec(ckpt));
+  ASSERT_EQ(first.size(), 3u);
+  ASSERT_EQ(rest.size(), 3u);
+  EXPECT_EQ(rest[0].step, 4);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(rest[i].loss, whole[3 + i].loss, 1e-4 * whole[3 + i].loss) << "step " << 4 + i;
+  }
+}
+
+TEST_F(HostBackendTrainerTest, CudaOnAMachineWhoseBackendSeesNoDeviceIsRefusedNamingTheField) {
+  ::trainyard::testing::HostBackendOptions none;
+  none.device_count = 0;
+  ::trainyard::testing::HostBackend empty(none);
+  SetCudaBackendForTesting(&empty);
+  StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(GptSpec(R"(, "device": "cuda")"));
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(trainer.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(trainer.status().message()), HasSubstr("device = \"cuda\""));
+  EXPECT_THAT(std::string(trainer.status().message()), HasSubstr("no CUDA device"));
+  SetCudaBackendForTesting(&backend_);
+}
+
+}  // namespace
+}  // namespace trainyard::trainer
