@@ -25,10 +25,9 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;          // the "__metadata__" entry, if any
 };
 
-// Writes `tensors` in the given order (tensors of any supported dtype on any device, device ones
-// copied to the CPU first; non-contiguous ones
-// are written in logical row-major order) and `metadata` to `path`. Atomic: the bytes go to
-// "<path>.tmp.<pid>", which is flushed and fsync'ed, renamed over `path`, and then the directory
+// Writes `tensors` in the given order (any supported dtype, on any device: device tensors are
+// copied to the CPU first; non-contiguous ones are written in logical row-major order) and
+// `metadata` to `path`. Atomic: the bytes go to "<path>.tmp.<pid>", which is flushed and fsync'ed, renamed over `path`, and then the directory
 // is fsync'ed; on failure `path` is untouched and the temporary file removed. Two saves to the
 // same path from one process must not run concurrently.
 // Errors: InvalidArgument for a repeated or reserved ("__metadata__") name, an undefined tensor,
