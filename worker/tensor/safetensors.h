@@ -28,8 +28,9 @@ struct SafetensorsFile {
 // Writes `tensors` in the given order (any supported dtype, on any device: device tensors are
 // copied to the CPU first; non-contiguous ones are written in logical row-major order) and
 // `metadata` to `path`. Atomic: the bytes go to "<path>.tmp.<pid>", which is flushed and
-// fsync'ed, renamed over `path`, and then the directory is fsync'ed; on failure `path` is untouched and the temporary file removed. Two saves to the
-// same path from one process must not run concurrently.
+// fsync'ed, renamed over `path`, and then the directory is fsync'ed; on failure `path` is
+// untouched and the temporary file removed. Two saves to the same path from one process must not
+// run concurrently.
 // Errors: InvalidArgument for a repeated or reserved ("__metadata__") name, an undefined tensor,
 // or two tensors sharing memory (safetensors stores each tensor on its own, as PyTorch's
 // safetensors also insists); FailedPrecondition for a tensor not on the CPU; the errno's
