@@ -2,7 +2,13 @@
 // measurement. bench/torch_gpt2_step.py is PyTorch's side of both modes.
 //
 //   cuda_bench matmul
+//   cuda_bench attention
 //   cuda_bench gpt2 [--batch B] [--steps S]
+//
+// attention: GPT-2 small's causal attention, (16, 12, 1024, 64) bf16, forward + backward,
+// through the fused flash-style kernel (is_causal) and through the composed ops (the same causal
+// mask passed explicitly: batched cuBLASLt products and the fused softmax), milliseconds each,
+// so the first GPU run says which one the model should take.
 //
 // matmul: C = A B for square n x n A, B on cuda:0, n in {4096, 8192}, "bf16" (bf16 tensors,
 // f32 accumulation) and "tf32" (f32 tensors; the engine's f32 product uses TF32 tensor cores).
@@ -41,8 +47,11 @@
 #include "worker/autograd/engine.h"
 #include "worker/autograd/grad_mode.h"
 #include "worker/nn/gpt.h"
+#include "worker/ops/attention.h"
+#include "worker/ops/elementwise.h"
 #include "worker/ops/linalg.h"
 #include "worker/ops/loss.h"
+#include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
 #include "worker/optim/adam.h"
 #include "worker/tensor/cuda_backend.h"
@@ -73,7 +82,8 @@ constexpr double kPeakBf16Flops = 989.4e12;  // H100/H200 SXM dense bf16
 
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
-               "cuda_bench: %s\nusage: cuda_bench matmul\n       cuda_bench gpt2 [--batch B] "
+               "cuda_bench: %s\nusage: cuda_bench matmul\n       cuda_bench attention\n       "
+               "cuda_bench gpt2 [--batch B] "
                "[--steps S]   (--batch 0, the default, picks 32, 16 or 8)\n",
                why.c_str());
   std::exit(2);
@@ -278,6 +288,45 @@ void Must(const ty::Status& st, const char* what) {
   }
 }
 
+// ---- attention ----
+
+// Milliseconds of one forward + backward of causal attention, fused or composed.
+double AttentionMs(const ty::Tensor& q, const ty::Tensor& k, const ty::Tensor& v,
+                   const ty::Tensor& mask, bool fused) {
+  auto once = [&] {
+    const ty::Tensor out = fused ? ty::ops::ScaledDotProductAttention(q, k, v, true)
+                                 : ty::ops::ScaledDotProductAttention(q, k, v, false, mask);
+    Must(ty::autograd::Backward(ty::ops::Sum(out)), "attention backward");
+  };
+  for (int i = 0; i < 3; ++i) once();
+  ty::SynchronizeDevice(kCuda0);
+  const auto t0 = Clock::now();
+  constexpr int kIters = 10;
+  for (int i = 0; i < kIters; ++i) once();
+  ty::SynchronizeDevice(kCuda0);
+  return Seconds(t0) / kIters * 1e3;
+}
+
+int RunAttention(const ty::cuda::DeviceProperties& props) {
+  ty::Generator gen(99);
+  const int64_t b = 16, h = 12, t = 1024, e = 64;
+  const ty::TensorOptions opts = ty::Options(ty::DType::kBFloat16).set_device(kCuda0);
+  auto leaf = [&] { return ty::Randn({b, h, t, e}, opts, &gen).set_requires_grad(true); };
+  const ty::Tensor q = leaf(), k = leaf(), v = leaf();
+  const ty::Tensor rows = ty::ops::Reshape(ty::Arange(t), {t, 1});
+  const ty::Tensor cols = ty::ops::Reshape(ty::Arange(t), {1, t});
+  const ty::Tensor mask = Must(ty::ops::To(ty::ops::Le(cols, rows), kCuda0), "the mask");
+  const double fused = AttentionMs(q, k, v, mask, true);
+  const double composed = AttentionMs(q, k, v, mask, false);
+  PrintJson(ty::Json::Object({{"bench", "attention"},
+                              {"impl", "trainyard"},
+                              {"device", props.name},
+                              {"shape", "16x12x1024x64 bf16 causal, forward+backward"},
+                              {"fused_ms", Round(fused, 3)},
+                              {"composed_ms", Round(composed, 3)}}));
+  return 0;
+}
+
 // The model on cuda:0 with its optimizer and a batch of tokens.
 struct GptSetup {
   ty::nn::GptConfig config;
@@ -408,10 +457,13 @@ int RunGpt2(const GptFlags& f, const ty::cuda::DeviceProperties& props) {
 int main(int argc, char** argv) {
   if (argc < 2) Usage("missing mode");
   const std::string mode = argv[1];
-  if (mode != "matmul" && mode != "gpt2") Usage("unknown mode \"" + mode + "\"");
-  if (mode == "matmul" && argc > 2) Usage("matmul takes no flags");
+  if (mode != "matmul" && mode != "attention" && mode != "gpt2") {
+    Usage("unknown mode \"" + mode + "\"");
+  }
+  if (mode != "gpt2" && argc > 2) Usage(mode + " takes no flags");
   const GptFlags flags = mode == "gpt2" ? ParseGptFlags(argc, argv) : GptFlags{};
   ty::cuda::DeviceProperties props;
   if (!CudaReady(&props)) return 0;
+  if (mode == "attention") return RunAttention(props);
   return mode == "matmul" ? RunMatmul(props) : RunGpt2(flags, props);
 }
