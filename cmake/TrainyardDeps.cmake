@@ -2,9 +2,10 @@
 
 find_package(Threads REQUIRED)
 
+option(TY_WITH_OPENBLAS "Use OpenBLAS for CPU GEMM when found (OFF: the reference kernel)" ON)
 find_path(TY_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread)
 find_library(TY_OPENBLAS_LIB NAMES openblas)
-if(TY_CBLAS_INCLUDE AND TY_OPENBLAS_LIB)
+if(TY_WITH_OPENBLAS AND TY_CBLAS_INCLUDE AND TY_OPENBLAS_LIB)
   set(TY_HAVE_OPENBLAS ON)
   add_library(ty_openblas INTERFACE)
   target_include_directories(ty_openblas SYSTEM INTERFACE ${TY_CBLAS_INCLUDE})
@@ -25,9 +26,11 @@ if(TY_BUILD_TESTS)
   if(NOT GTest_FOUND AND TY_GTEST_SOURCE_DIR)
     set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
     add_subdirectory(${TY_GTEST_SOURCE_DIR} ${PROJECT_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
-    add_library(GTest::gtest ALIAS gtest)
-    add_library(GTest::gmock ALIAS gmock)
-    add_library(GTest::gtest_main ALIAS gtest_main)
+    if(NOT TARGET GTest::gtest)  # GoogleTest >= 1.11 defines these itself
+      add_library(GTest::gtest ALIAS gtest)
+      add_library(GTest::gmock ALIAS gmock)
+      add_library(GTest::gtest_main ALIAS gtest_main)
+    endif()
   elseif(NOT GTest_FOUND)
     message(FATAL_ERROR "GoogleTest not found: install libgtest-dev libgmock-dev "
                         "(scripts/deps.sh), set TY_GTEST_SOURCE_DIR, or pass -DTY_BUILD_TESTS=OFF")

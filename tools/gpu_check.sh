@@ -6,6 +6,9 @@
 #
 #   tools/gpu_check.sh            # from the repository root
 #
+# TY_GPU_BUILD_DIR (default build-gpu) and TY_GPU_CMAKE_ARGS (more CMake flags, e.g. to rehearse
+# the GPU machine's missing packages elsewhere: -DCMAKE_DISABLE_FIND_PACKAGE_gRPC=ON ...).
+#
 # GoogleTest: the machine has none, so carry Debian's sources along (not committed):
 #   mkdir -p .gpu-deps && cp -r /usr/src/googletest .gpu-deps/ && echo /.gpu-deps/ >>.git/info/exclude
 # and name .gpu-deps in the device tool's `carry`. cuDNN and NCCL come from PyTorch's wheels.
@@ -31,7 +34,7 @@ fi
   extra+=(-DTY_GTEST_SOURCE_DIR="$PWD/.gpu-deps/googletest")
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTY_WITH_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 "${extra[@]}" >"$out/configure.log" 2>&1 ||
+      -DCMAKE_CUDA_ARCHITECTURES=90 "${extra[@]}" ${TY_GPU_CMAKE_ARGS:-} >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; exit 1; }
 targets=(trainyard_cuda cuda_bench)
 grep -q "^cuda_test:" <(ninja -C "$build" -t targets all 2>/dev/null) && targets+=(cuda_test)
