@@ -223,6 +223,8 @@ class Local {
       ASSIGN_OR_RETURN(Child w, Start("worker " + name,
                                       {bin + "/trainyard-worker", "--coordinator", addresses[0],
                                        "--name", name, "--cpu-slots", std::to_string(slots),
+                                       // One machine: its GPUs are offered once, by worker 0.
+                                       "--gpus", i == 0 ? "auto" : "none",
                                        "--metrics-listen", "127.0.0.1:0", "--work-dir",
                                        state + "/" + name},
                                       state + "/logs/" + name + ".log"));
