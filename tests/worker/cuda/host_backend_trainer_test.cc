@@ -20,15 +20,9 @@
 namespace trainyard::trainer {
 namespace {
 
-using ::testing::HasSubstr;
+using ::trainyard::trainer::testing::ParseSpec;
 
-spec::JobSpec ParseSpec(const std::string& json_text) {
-  StatusOr<Json> json = Json::Parse(json_text);
-  TY_CHECK(json.ok()) << json.status();
-  StatusOr<spec::JobSpec> spec = spec::ParseJobSpec(*json);
-  TY_CHECK(spec.ok()) << spec.status();
-  return *spec;
-}
+using ::testing::HasSubstr;
 
 class HostBackendTrainerTest : public ::testing::Test {
  protected:

@@ -18,6 +18,8 @@
 namespace trainyard::trainer {
 namespace {
 
+using ::trainyard::trainer::testing::ParseSpec;
+
 using ::testing::HasSubstr;
 using testing::TempDir;
 namespace fs = std::filesystem;
@@ -39,14 +41,6 @@ std::string SmallText() {
   std::string text;
   for (int i = 0; i < 40; ++i) text += "In the beginning God created the heaven and the earth. ";
   return text;
-}
-
-spec::JobSpec ParseSpec(const std::string& json_text) {
-  StatusOr<Json> json = Json::Parse(json_text);
-  TY_CHECK(json.ok()) << json.status();
-  StatusOr<spec::JobSpec> spec = spec::ParseJobSpec(*json);
-  TY_CHECK(spec.ok()) << spec.status();
-  return *spec;
 }
 
 class TrainerTest : public ::testing::Test {

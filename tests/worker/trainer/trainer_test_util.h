@@ -11,6 +11,8 @@
 #include <iterator>
 #include <string>
 
+#include "common/json.h"
+#include "proto/job_spec.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/tensor/tensor.h"
 
@@ -28,6 +30,15 @@ inline void WriteRaw(const std::string& path, const std::string& bytes) {
 inline std::string ReadRaw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A job spec from JSON text that must be valid (TY_CHECK).
+inline spec::JobSpec ParseSpec(const std::string& json_text) {
+  StatusOr<Json> json = Json::Parse(json_text);
+  TY_CHECK(json.ok()) << json.status();
+  StatusOr<spec::JobSpec> spec = spec::ParseJobSpec(*json);
+  TY_CHECK(spec.ok()) << spec.status();
+  return *spec;
 }
 
 inline bool BitwiseEqual(const Tensor& a, const Tensor& b) {
