@@ -26,6 +26,7 @@
 
 #include "kernels/cuda/backend_impl.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/device_math.cuh"
 
 namespace trainyard::kernels::cuda {
 namespace {
@@ -383,7 +384,7 @@ void DispatchShape(int64_t e, bool causal, const F& f) {
 
 // Blocks for `batch` items of ceil(n / rows) tiles each; `tiles` receives the latter.
 unsigned TileBlocks(int64_t batch, int64_t n, int rows, int* tiles) {
-  const int64_t t = (n + rows - 1) / rows;
+  const int64_t t = CeilDiv(n, rows);
   TY_CHECK(batch * t <= INT_MAX) << "attention: " << batch << " x " << t
                                  << " tiles is more than one launch can hold";
   *tiles = static_cast<int>(t);
@@ -414,14 +415,15 @@ void CudaBackendImpl::AttentionForward(ScalarType type, int64_t batch, int64_t l
   const Dims dm = MakeDims(l, s, e, scale);
   int tiles = 0;
   const unsigned blocks = TileBlocks(batch, l, kFwdRows, &tiles);
-  TY_CUDA_DISPATCH_FLOAT(type, "AttentionForward", [&] {
+  DispatchDtype<DtypeSet::kFloat>(type, "AttentionForward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
     DispatchShape(e, causal, [&](auto d, auto c) {
       constexpr int kD = decltype(d)::value;
-      const auto kernel = ForwardKernel<scalar_t, kD, decltype(c)::value>;
+      const auto kernel = ForwardKernel<T, kD, decltype(c)::value>;
       AllowSmem(kernel, ForwardSmem(kD));
       kernel<<<blocks, kThreads, ForwardSmem(kD), AsStream(stream)>>>(
-          static_cast<const scalar_t*>(q), static_cast<const scalar_t*>(k),
-          static_cast<const scalar_t*>(v), static_cast<scalar_t*>(out), lse, dm, tiles);
+          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+          static_cast<T*>(out), lse, dm, tiles);
       CheckLaunch("AttentionForward");
     });
   });
@@ -436,17 +438,13 @@ void CudaBackendImpl::AttentionBackward(ScalarType type, int64_t batch, int64_t 
   const Dims dm = MakeDims(l, s, e, scale);
   const cudaStream_t st = AsStream(stream);
   const int64_t rows = batch * l;
-  float* dvec = nullptr;  // D: (batch, l), stream-ordered scratch
-  if (rows > 0) {
-    TY_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&dvec), rows * sizeof(float), st) ==
-             cudaSuccess)
-        << "AttentionBackward: cannot allocate " << rows * sizeof(float) << " bytes of scratch";
-  }
+  // D: (batch, l), stream-ordered scratch
+  float* dvec = rows > 0 ? Scratch<float>("AttentionBackward", rows, st) : nullptr;
   int key_tiles = 0, query_tiles = 0;
   const unsigned key_blocks = TileBlocks(batch, s, kKgKeys, &key_tiles);
   const unsigned query_blocks = rows > 0 ? TileBlocks(batch, l, kQgRows, &query_tiles) : 0;
-  TY_CUDA_DISPATCH_FLOAT(type, "AttentionBackward", [&] {
-    using T = scalar_t;
+  DispatchDtype<DtypeSet::kFloat>(type, "AttentionBackward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
     if (rows > 0) {
       RowDotKernel<T><<<BlocksFor(rows, kThreads / 32), kThreads, 0, st>>>(
           static_cast<const T*>(gout), static_cast<const T*>(out), dvec, rows, dm.e);

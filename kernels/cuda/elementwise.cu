@@ -7,10 +7,8 @@
 // broadcast input) and the pointers are aligned, each thread takes kVec elements with one
 // vector load per operand; otherwise each element unravels its linear index over the sizes
 // (32-bit division when numel < 2^31). Math is in f32 for f32/bf16/f16 storage and in f64 for
-// f64. exp, tanh, erf and sigmoid are ports of kernels/cpu/simd.h so that CUDA and CPU agree
-// to an ulp or two; sqrt and division are IEEE-rounded (__fsqrt_rn, __fdiv_rn) despite
-// --use_fast_math, and log and pow go through f64 (fast-math's __logf and __powf are far less
-// accurate, and __powf is NaN for a negative base).
+// f64, with device_math.cuh's functions (for f32: ports of kernels/cpu/simd.h, IEEE-rounded
+// sqrt and division, log and pow through f64), so that CUDA and CPU agree to an ulp or two.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,6 +20,7 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cuda/backend_impl.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/device_math.cuh"
 
 namespace trainyard::kernels::cuda {
 namespace {
@@ -32,96 +31,7 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// ---- Compute-type conversions: f32 for f32/bf16/f16 storage, f64 for f64 ----
-template <typename T>
-using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <typename T>
-__device__ __forceinline__ Acc<T> ToAcc(T v) {
-  if constexpr (std::is_same_v<T, double>) {
-    return v;
-  } else {
-    return Load(&v);
-  }
-}
-template <typename T>
-__device__ __forceinline__ T FromAcc(Acc<T> v) {
-  if constexpr (std::is_same_v<T, double>) {
-    return v;
-  } else {
-    return FromFloat<T>(v);
-  }
-}
-
-// ---- Math (float ports of kernels/cpu/simd.h; double uses CUDA's accurate functions) ----
-__device__ __forceinline__ float Exp(float x) {  // FastExp: Cephes polynomial, 2^n via bits
-  const float hi = 88.72283935546875f, lo = -103.97208f;
-  float xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  const float n = rintf(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int ni = static_cast<int>(n), n1 = ni >> 1, n2 = ni - n1;
-  float y = p * __int_as_float((n1 + 127) << 23) * __int_as_float((n2 + 127) << 23);
-  y = x > hi ? INFINITY : y;
-  y = x < lo ? 0.0f : y;
-  return x != x ? x : y;
-}
-__device__ __forceinline__ double Exp(double x) { return exp(x); }
-__device__ __forceinline__ float Log(float x) { return static_cast<float>(log(double{x})); }
-__device__ __forceinline__ double Log(double x) { return log(x); }
-__device__ __forceinline__ float Sqrt(float x) { return __fsqrt_rn(x); }
-__device__ __forceinline__ double Sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float Div(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ double Div(double a, double b) { return a / b; }
-__device__ __forceinline__ float Abs(float x) { return fabsf(x); }
-__device__ __forceinline__ double Abs(double x) { return fabs(x); }
-__device__ __forceinline__ float Pow(float a, float b) {
-  return static_cast<float>(pow(double{a}, double{b}));
-}
-__device__ __forceinline__ double Pow(double a, double b) { return pow(a, b); }
-__device__ __forceinline__ float Tanh(float x) {  // FastTanh
-  const float e = Exp(-2.0f * fabsf(x));
-  return copysignf(__fdiv_rn(1.0f - e, 1.0f + e), x);
-}
-__device__ __forceinline__ double Tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float Erf(float x) {  // FastErf: series below 1, A&S 7.1.26 above
-  const float ax = fabsf(x);
-  const float t = __fdiv_rn(1.0f, 1.0f + 0.3275911f * ax);
-  float r = 1.061405429f;
-  r = r * t - 1.453152027f;
-  r = r * t + 1.421413741f;
-  r = r * t - 0.284496736f;
-  r = r * t + 0.254829592f;
-  const float tail = 1.0f - r * t * Exp(-ax * ax);
-  const float z = ax * ax;
-  float q = 1.480719282e-08f;
-  q = q * z - 1.636584469e-07f;
-  q = q * z + 1.646211437e-06f;
-  q = q * z - 1.492565036e-05f;
-  q = q * z + 1.205533298e-04f;
-  q = q * z - 8.548327023e-04f;
-  q = q * z + 5.223977625e-03f;
-  q = q * z - 2.686617065e-02f;
-  q = q * z + 1.128379167e-01f;
-  q = q * z - 3.761263890e-01f;
-  q = q * z + 1.128379167f;
-  return copysignf(ax < 1.0f ? ax * q : tail, x);
-}
-__device__ __forceinline__ double Erf(double x) { return erf(x); }
-
+// ---- Activations over the compute type A ----
 template <typename A>
 __device__ __forceinline__ A Sigmoid(A x) {
   return Div(A(1), A(1) + Exp(-x));
@@ -235,7 +145,7 @@ template <typename T>
 struct UnaryFn {
   UnaryOp op;
   Acc<T> a, b;
-  __device__ T operator()(T x) const { return FromAcc<T>(UnaryMath(op, ToAcc(x), a, b)); }
+  __device__ T operator()(T x) const { return FromAcc<T>(UnaryMath(op, LoadAcc(&x), a, b)); }
 };
 
 // Backward from g alone, or from (p, g) where p is x, or y when kFromY (what the op reads).
@@ -243,8 +153,8 @@ template <typename T, bool kFromY>
 struct GradFn {
   UnaryOp op;
   Acc<T> a, b;
-  __device__ T operator()(T g) const { return Grad(Acc<T>(0), ToAcc(g)); }
-  __device__ T operator()(T p, T g) const { return Grad(ToAcc(p), ToAcc(g)); }
+  __device__ T operator()(T g) const { return Grad(Acc<T>(0), LoadAcc(&g)); }
+  __device__ T operator()(T p, T g) const { return Grad(LoadAcc(&p), LoadAcc(&g)); }
   __device__ T Grad(Acc<T> p, Acc<T> g) const {
     const Acc<T> zero(0);
     return FromAcc<T>(GradMath(op, kFromY ? zero : p, kFromY ? p : zero, g, a, b));
@@ -256,7 +166,7 @@ struct BinaryFn {
   BinaryOp op;
   Acc<T> alpha;
   __device__ T operator()(T xs, T ys) const {
-    const Acc<T> u = ToAcc(xs), v = ToAcc(ys);
+    const Acc<T> u = LoadAcc(&xs), v = LoadAcc(&ys);
     switch (op) {
       case BinaryOp::kAdd:
         return FromAcc<T>(u + alpha * v);
@@ -521,25 +431,6 @@ void DispatchAll(ScalarType t, const char* name, F&& fn) {
   TY_CHECK(false) << name << ": unknown dtype " << static_cast<int>(t);
 }
 
-// fn(Tag<T>) for the floating types math kernels take: f32, bf16, f16 and f64.
-template <typename F>
-void DispatchMath(ScalarType t, const char* name, F&& fn) {
-  switch (t) {
-    case ScalarType::kF32:
-      return fn(Tag<float>{});
-    case ScalarType::kF64:
-      return fn(Tag<double>{});
-    case ScalarType::kBF16:
-      return fn(Tag<__nv_bfloat16>{});
-    case ScalarType::kF16:
-      return fn(Tag<__half>{});
-    default:
-      break;
-  }
-  TY_CHECK(false) << name << ": dtype " << static_cast<int>(t)
-                  << " is not supported on CUDA (use float32, bfloat16, float16 or float64)";
-}
-
 // fn(Tag<B>) for the unsigned integer B of an element size in bytes.
 template <typename F>
 void DispatchBits(size_t size, F&& fn) {
@@ -650,7 +541,7 @@ void CudaBackendImpl::Fill(ScalarType type, int64_t n, void* out, double value, 
 
 void CudaBackendImpl::Unary(UnaryOp op, ScalarType type, const StridedIter& it, void* out,
                             const void* x, double alpha, double beta, Stream stream) {
-  DispatchMath(type, "unary", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloatF64>(type, "unary", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const UnaryFn<T> fn{op, static_cast<Acc<T>>(alpha), static_cast<Acc<T>>(beta)};
     Launch("unary", it, AsStream(stream), fn, static_cast<T*>(out), static_cast<const T*>(x));
@@ -660,7 +551,7 @@ void CudaBackendImpl::Unary(UnaryOp op, ScalarType type, const StridedIter& it, 
 void CudaBackendImpl::UnaryBackward(UnaryOp op, ScalarType type, int64_t n, const void* x,
                                     const void* y, const void* g, void* gx, double alpha,
                                     double beta, Stream stream) {
-  DispatchMath(type, "unary backward", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloatF64>(type, "unary backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Acc<T> a = static_cast<Acc<T>>(alpha), b = static_cast<Acc<T>>(beta);
     const auto* xt = static_cast<const T*>(x);
@@ -689,7 +580,7 @@ void CudaBackendImpl::UnaryBackward(UnaryOp op, ScalarType type, int64_t n, cons
 
 void CudaBackendImpl::Binary(BinaryOp op, ScalarType type, const StridedIter& it, void* out,
                              const void* x, const void* y, double alpha, Stream stream) {
-  DispatchMath(type, "binary", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloatF64>(type, "binary", [&](auto tag) {
     using T = typename decltype(tag)::type;
     Launch("binary", it, AsStream(stream), BinaryFn<T>{op, static_cast<Acc<T>>(alpha)},
            static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(y));

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/backend_impl.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/device_math.cuh"
 
 namespace trainyard::kernels::cuda {
 namespace {
@@ -27,13 +28,6 @@ constexpr int kThreads = 256;
 constexpr int kTensorsPerLaunch = 32;   // multi-tensor kernels: tensors per by-value batch
 constexpr int64_t kTensorChunk = 4096;  // multi-tensor kernels: elements per block
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-__device__ __forceinline__ int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t GlobalThread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
@@ -570,9 +564,7 @@ void ChannelSums(const float* a, const float* bv, const float* x, const float* m
   int64_t splits = std::max<int64_t>(1, std::min(1024 / c, CeilDiv(outer * inner, 16384)));
   const int64_t chunk = std::max<int64_t>(1, CeilDiv(outer, splits));
   splits = std::max<int64_t>(1, CeilDiv(outer, chunk));
-  Sum2* part = nullptr;
-  TY_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&part),
-                                static_cast<size_t>(c * splits) * sizeof(Sum2), stream));
+  Sum2* part = Scratch<Sum2>("batch_norm", c * splits, stream);
   ChannelSumsKernel<<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(splits)), kThreads, 0,
                       stream>>>(a, bv, x, mean, part, outer, c, inner, chunk);
   CheckLaunch("batch_norm");
@@ -589,41 +581,6 @@ void ChannelAffine(const float* u, const float* v, float* out, const float* sa, 
   ChannelAffineKernel<<<RowGrid(rows, block), block, 0, stream>>>(u, v, out, sa, sb, s0, rows, len,
                                                                   c, inner == 1);
   CheckLaunch("batch_norm");
-}
-
-float* Scratch(int64_t floats, cudaStream_t stream) {
-  float* p = nullptr;
-  TY_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p),
-                                static_cast<size_t>(floats) * sizeof(float), stream));
-  return p;
-}
-
-// fn(Tag<T>) for f32, bf16, f16 (and f64, i64, i32 when kAll).
-template <bool kAll, typename F>
-void Dispatch(ScalarType t, const char* name, F&& fn) {
-  switch (t) {
-    case ScalarType::kF32:
-      return fn(Tag<float>{});
-    case ScalarType::kBF16:
-      return fn(Tag<__nv_bfloat16>{});
-    case ScalarType::kF16:
-      return fn(Tag<__half>{});
-    default:
-      break;
-  }
-  if constexpr (kAll) {
-    switch (t) {
-      case ScalarType::kF64:
-        return fn(Tag<double>{});
-      case ScalarType::kI64:
-        return fn(Tag<int64_t>{});
-      case ScalarType::kI32:
-        return fn(Tag<int32_t>{});
-      default:
-        break;
-    }
-  }
-  TY_CHECK(false) << name << ": dtype " << static_cast<int>(t) << " is not supported on CUDA";
 }
 
 }  // namespace
@@ -662,7 +619,7 @@ void CudaBackendImpl::IndexAddRows(ScalarType type, void* out, int64_t row, cons
                                    int64_t n, const void* src, Stream stream) {
   if (n <= 0 || row <= 0) return;
   const dim3 block = RowBlock(row);
-  Dispatch<true>(type, "index_add", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloatF64Int>(type, "index_add", [&](auto tag) {
     using T = typename decltype(tag)::type;
     IndexAddRowsKernel<<<RowGrid(n, block), block, 0, AsStream(stream)>>>(
         static_cast<T*>(out), row, index, n, static_cast<const T*>(src));
@@ -677,8 +634,7 @@ void CudaBackendImpl::FillUniform(ScalarType type, int64_t n, void* out, uint64_
     LaunchRandom("uniform", n, static_cast<T*>(out), seed, offset,
                  UniformFn<T>{Rounded<T>(lo), Rounded<T>(hi)}, AsStream(stream));
   };
-  if (type == ScalarType::kF64) return launch(Tag<double>{});
-  Dispatch<false>(type, "uniform", launch);
+  DispatchDtype<DtypeSet::kFloatF64>(type, "uniform", launch);
 }
 
 void CudaBackendImpl::FillNormal(ScalarType type, int64_t n, void* out, uint64_t seed,
@@ -688,8 +644,7 @@ void CudaBackendImpl::FillNormal(ScalarType type, int64_t n, void* out, uint64_t
     LaunchRandom("normal", n, static_cast<T*>(out), seed, offset,
                  NormalFn<T>{Rounded<T>(mean), Rounded<T>(std)}, AsStream(stream));
   };
-  if (type == ScalarType::kF64) return launch(Tag<double>{});
-  Dispatch<false>(type, "normal", launch);
+  DispatchDtype<DtypeSet::kFloatF64>(type, "normal", launch);
 }
 
 void CudaBackendImpl::FillBernoulli(int64_t n, uint8_t* out, uint64_t seed, uint64_t offset,
@@ -728,7 +683,7 @@ void CudaBackendImpl::UnscaleCheck(float* const* tensors, const int64_t* sizes, 
 
 void CudaBackendImpl::MaxPool2dForward(ScalarType type, const Pool2dShape& s, const void* x,
                                        void* y, int64_t* argmax, Stream stream) {
-  Dispatch<false>(type, "max_pool2d", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     MaxPoolForwardKernel<<<BlocksFor(s.planes * s.out_h * s.out_w), kThreads, 0,
                            AsStream(stream)>>>(s, static_cast<const T*>(x), static_cast<T*>(y),
@@ -739,7 +694,7 @@ void CudaBackendImpl::MaxPool2dForward(ScalarType type, const Pool2dShape& s, co
 
 void CudaBackendImpl::MaxPool2dBackward(ScalarType type, const Pool2dShape& s, const void* gy,
                                         const int64_t* argmax, void* gx, Stream stream) {
-  Dispatch<false>(type, "max_pool2d backward", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "max_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     MaxPoolBackwardKernel<<<BlocksFor(s.planes * s.height * s.width), kThreads, 0,
                             AsStream(stream)>>>(s, static_cast<const T*>(gy), argmax,
@@ -751,7 +706,7 @@ void CudaBackendImpl::MaxPool2dBackward(ScalarType type, const Pool2dShape& s, c
 void CudaBackendImpl::AvgPool2dForward(ScalarType type, const Pool2dShape& s,
                                        bool count_include_pad, const void* x, void* y,
                                        Stream stream) {
-  Dispatch<false>(type, "avg_pool2d", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "avg_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     AvgPoolForwardKernel<<<BlocksFor(s.planes * s.out_h * s.out_w), kThreads, 0,
                            AsStream(stream)>>>(s, count_include_pad, static_cast<const T*>(x),
@@ -763,7 +718,7 @@ void CudaBackendImpl::AvgPool2dForward(ScalarType type, const Pool2dShape& s,
 void CudaBackendImpl::AvgPool2dBackward(ScalarType type, const Pool2dShape& s,
                                         bool count_include_pad, const void* gy, void* gx,
                                         Stream stream) {
-  Dispatch<false>(type, "avg_pool2d backward", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "avg_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     AvgPoolBackwardKernel<<<BlocksFor(s.planes * s.height * s.width), kThreads, 0,
                             AsStream(stream)>>>(s, count_include_pad, static_cast<const T*>(gy),
@@ -774,7 +729,7 @@ void CudaBackendImpl::AvgPool2dBackward(ScalarType type, const Pool2dShape& s,
 
 void CudaBackendImpl::AdaptiveAvgPool2dForward(ScalarType type, const Pool2dShape& s, const void* x,
                                                void* y, Stream stream) {
-  Dispatch<false>(type, "adaptive_avg_pool2d", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "adaptive_avg_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     AdaptiveForwardKernel<<<BlocksFor(s.planes * s.out_h * s.out_w), kThreads, 0,
                             AsStream(stream)>>>(s, static_cast<const T*>(x), static_cast<T*>(y));
@@ -784,7 +739,7 @@ void CudaBackendImpl::AdaptiveAvgPool2dForward(ScalarType type, const Pool2dShap
 
 void CudaBackendImpl::AdaptiveAvgPool2dBackward(ScalarType type, const Pool2dShape& s,
                                                 const void* gy, void* gx, Stream stream) {
-  Dispatch<false>(type, "adaptive_avg_pool2d backward", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "adaptive_avg_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     AdaptiveBackwardKernel<<<BlocksFor(s.planes * s.height * s.width), kThreads, 0,
                              AsStream(stream)>>>(s, static_cast<const T*>(gy), static_cast<T*>(gx));
@@ -806,7 +761,7 @@ void CudaBackendImpl::BatchNormForward(const float* x, const float* mean, const 
                                        int64_t outer, int64_t c, int64_t inner, Stream stream) {
   if (c <= 0 || outer * inner <= 0) return;
   const cudaStream_t st = AsStream(stream);
-  float* coef = Scratch(2 * c, st);
+  float* coef = Scratch<float>("batch_norm", 2 * c, st);
   BnForwardCoefKernel<<<BlocksFor(c), kThreads, 0, st>>>(mean, invstd, weight, bias, coef, coef + c,
                                                          c);
   CheckLaunch("batch_norm");
@@ -820,7 +775,7 @@ void CudaBackendImpl::BatchNormBackward(const float* x, const float* gy, const f
                                         int64_t inner, bool training, Stream stream) {
   if (c <= 0) return;
   const cudaStream_t st = AsStream(stream);
-  float* scratch = Scratch(5 * c, st);  // sum_g, sum_gd, kg, kx, k0
+  float* scratch = Scratch<float>("batch_norm backward", 5 * c, st);  // sum_g, sum_gd, kg, kx, k0
   float *sum_g = scratch, *sum_gd = scratch + c, *kg = scratch + 2 * c;
   ChannelSums(gy, gy, x, mean, sum_g, sum_gd, outer, c, inner, false, st);
   BnBackwardCoefKernel<<<BlocksFor(c), kThreads, 0, st>>>(

@@ -20,83 +20,13 @@
 
 #include "kernels/cuda/backend_impl.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/device_math.cuh"
 
 namespace trainyard::kernels::cuda {
 namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int64_t kTargetBlocks = 1024;  // what a split reduction aims for
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// fn(Tag<T>) for f32, bf16, f16, and f64 when kWithF64.
-template <bool kWithF64, typename F>
-void DispatchFloat(ScalarType t, const char* name, F&& fn) {
-  switch (t) {
-    case ScalarType::kF32:
-      return fn(Tag<float>{});
-    case ScalarType::kBF16:
-      return fn(Tag<__nv_bfloat16>{});
-    case ScalarType::kF16:
-      return fn(Tag<__half>{});
-    case ScalarType::kF64:
-      if constexpr (kWithF64) return fn(Tag<double>{});
-      break;
-    default:
-      break;
-  }
-  TY_CHECK(false) << name << ": dtype " << static_cast<int>(t) << " is not supported on CUDA";
-}
-
-template <typename T>
-using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <typename T>
-__device__ __forceinline__ Acc<T> LoadAcc(const T* p) {
-  if constexpr (std::is_same_v<T, double>) {
-    return *p;
-  } else {
-    return Load(p);
-  }
-}
-template <typename T>
-__device__ __forceinline__ T StoreAcc(Acc<T> v) {
-  if constexpr (std::is_same_v<T, double>) {
-    return v;
-  } else {
-    return FromFloat<T>(v);
-  }
-}
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-__device__ __forceinline__ int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// exp: FastExp of kernels/cpu/simd.h (fast-math's __expf loses ulps away from 0).
-__device__ __forceinline__ float ExpF(float x) {
-  const float hi = 88.72283935546875f, lo = -103.97208f;
-  float xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  const float n = rintf(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int ni = static_cast<int>(n), n1 = ni >> 1, n2 = ni - n1;
-  float y = p * __int_as_float((n1 + 127) << 23) * __int_as_float((n2 + 127) << 23);
-  y = x > hi ? INFINITY : y;
-  y = x < lo ? 0.0f : y;
-  return x != x ? x : y;
-}
-// log through f64 (fast-math's __logf has an absolute error, bad for a loss near 0).
-__device__ __forceinline__ float LogF(float x) { return static_cast<float>(log(double{x})); }
 
 // ---- Block reductions ----
 // Warp shuffles of any value made of 32-bit words.
@@ -158,7 +88,7 @@ struct SumPolicy {
   __device__ A Identity() const { return A(0); }
   __device__ A Make(const T* p, int64_t) const { return LoadAcc(p); }
   __device__ A operator()(A a, A b) const { return a + b; }
-  __device__ void Write(int64_t t, A v) const { out[t] = StoreAcc<T>(v * scale); }
+  __device__ void Write(int64_t t, A v) const { out[t] = FromAcc<T>(v * scale); }
 };
 
 template <typename A>
@@ -183,7 +113,7 @@ struct MaxMinPolicy {
     return (is_max ? a.v > b.v : a.v < b.v) ? a : b;
   }
   __device__ void Write(int64_t t, A v) const {
-    out[t] = StoreAcc<T>(v.v);
+    out[t] = FromAcc<T>(v.v);
     if (idx != nullptr) idx[t] = v.i;
   }
 };
@@ -292,8 +222,7 @@ void LaunchReduce(const char* name, const P& p, const T* x, int64_t outer, int64
   grid.y = static_cast<unsigned>(splits);
   A* partial = nullptr;
   if (splits > 1) {
-    TY_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                                  static_cast<size_t>(count * splits) * sizeof(A), stream));
+    partial = Scratch<A>(name, count * splits, stream);
   }
   if (inner == 1) {
     ReduceRowsKernel<<<grid, block, 0, stream>>>(p, x, outer, k, chunk, partial);
@@ -317,16 +246,16 @@ struct MaxSum {
 __device__ __forceinline__ void Push(MaxSum& a, float v) {
   if (v == INFINITY) v = NAN;
   if (v > a.m) {
-    a.s = a.s * ExpF(a.m - v) + 1.0f;
+    a.s = a.s * Exp(a.m - v) + 1.0f;
     a.m = v;
   } else if (v != -INFINITY) {
-    a.s += ExpF(v - a.m);
+    a.s += Exp(v - a.m);
   }
 }
 __device__ __forceinline__ MaxSum Merge(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.m, b.m);
   if (m == -INFINITY) return {m, a.s + b.s};
-  return {m, a.s * ExpF(a.m - m) + b.s * ExpF(b.m - m)};
+  return {m, a.s * Exp(a.m - m) + b.s * Exp(b.m - m)};
 }
 struct MergeOp {
   __device__ MaxSum operator()(MaxSum a, MaxSum b) const { return Merge(a, b); }
@@ -348,12 +277,12 @@ __global__ void __launch_bounds__(512)
   acc = RowAllReduce(acc, MergeOp{}, smem);
   if (!live) return;
   if (log) {
-    const float lse = acc.m + LogF(acc.s);
+    const float lse = acc.m + Log(acc.s);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) yr[j] = FromFloat<T>(Load(xr + j) - lse);
   } else {
     const float inv = __frcp_rn(acc.s);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      yr[j] = FromFloat<T>(ExpF(Load(xr + j) - acc.m) * inv);
+      yr[j] = FromFloat<T>(Exp(Load(xr + j) - acc.m) * inv);
     }
   }
 }
@@ -376,7 +305,7 @@ __global__ void __launch_bounds__(512)
   if (!live) return;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const float g = Load(gy + o + j), yv = Load(y + o + j);
-    gx[o + j] = FromFloat<T>(log ? g - ExpF(yv) * acc : yv * (g - acc));
+    gx[o + j] = FromFloat<T>(log ? g - Exp(yv) * acc : yv * (g - acc));
   }
 }
 
@@ -414,7 +343,7 @@ __global__ void __launch_bounds__(512)
     lse[row] = 0.0f;
     return;
   }
-  const float l = acc.ms.m + LogF(acc.ms.s);
+  const float l = acc.ms.m + Log(acc.ms.s);
   float value = (1.0f - smoothing) * (l - Load(x + t));
   // Skipped at 0 so that a -inf logit does not turn the loss into 0 * inf.
   if (smoothing != 0.0f) value += smoothing * (l - __fdiv_rn(acc.sum, static_cast<float>(c)));
@@ -440,7 +369,7 @@ __global__ void __launch_bounds__(512)
   const float g = gloss[row], l = lse[row];
   const float off = __fdiv_rn(g * smoothing, static_cast<float>(c)), hit = g * (1.0f - smoothing);
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-    float v = g * ExpF(Load(x + j) - l) - off;
+    float v = g * Exp(Load(x + j) - l) - off;
     if (j == t) v -= hit;
     gr[j] = FromFloat<T>(v);
   }
@@ -571,8 +500,7 @@ void LayerNormParams(const T* x, const T* gy, const float* mean, const float* rs
   splits = rows == 0 ? 1 : CeilDiv(rows, chunk);
   float* part = nullptr;
   if (splits > 1) {
-    TY_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&part),
-                                  static_cast<size_t>(2 * splits * n) * sizeof(float), stream));
+    part = Scratch<float>("layer_norm backward", 2 * splits * n, stream);
   }
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
   LayerNormParamKernel<<<grid, dim3(32, 8), 0, stream>>>(x, gy, mean, rstd, gw, gb, part, rows, n,
@@ -588,7 +516,7 @@ void LayerNormParams(const T* x, const T* gy, const float* mean, const float* rs
 
 void CudaBackendImpl::ReduceSum(ScalarType type, const void* x, void* out, int64_t outer, int64_t k,
                                 int64_t inner, double scale, Stream stream) {
-  DispatchFloat<true>(type, "sum", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloatF64>(type, "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const SumPolicy<T> p{static_cast<T*>(out), static_cast<Acc<T>>(scale)};
     LaunchReduce("sum", p, static_cast<const T*>(x), outer, k, inner, AsStream(stream));
@@ -600,7 +528,7 @@ void CudaBackendImpl::ReduceMaxMin(bool is_max, ScalarType type, const void* x, 
                                    Stream stream) {
   const char* name = is_max ? "max" : "min";
   TY_CHECK(k > 0 || outer * inner == 0) << name << ": reducing an empty dim (k = 0)";
-  DispatchFloat<true>(type, name, [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloatF64>(type, name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const MaxMinPolicy<T> p{static_cast<T*>(out), idx, is_max};
     LaunchReduce(name, p, static_cast<const T*>(x), outer, k, inner, AsStream(stream));
@@ -610,7 +538,7 @@ void CudaBackendImpl::ReduceMaxMin(bool is_max, ScalarType type, const void* x, 
 void CudaBackendImpl::NormPow(ScalarType type, const void* x, int64_t n, double p, double* out,
                               Stream stream) {
   TY_CHECK(p >= 0) << "norm: p is " << p << "; it must be positive (0 for the max norm)";
-  DispatchFloat<false>(type, "norm", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     LaunchReduce("norm", NormPolicy<T>{out, p}, static_cast<const T*>(x), 1, n, 1,
                  AsStream(stream));
@@ -621,7 +549,7 @@ void CudaBackendImpl::SoftmaxForward(ScalarType type, const void* x, void* y, in
                                      int64_t n, bool log, Stream stream) {
   if (rows <= 0 || n <= 0) return;
   const RowPlan plan = PlanRows(rows, n);
-  DispatchFloat<false>(type, "softmax", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     SoftmaxForwardKernel<<<plan.grid, plan.block, 0, AsStream(stream)>>>(
         static_cast<const T*>(x), static_cast<T*>(y), rows, n, log);
@@ -633,7 +561,7 @@ void CudaBackendImpl::SoftmaxBackward(ScalarType type, const void* y, const void
                                       int64_t rows, int64_t n, bool log, Stream stream) {
   if (rows <= 0 || n <= 0) return;
   const RowPlan plan = PlanRows(rows, n);
-  DispatchFloat<false>(type, "softmax backward", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "softmax backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     SoftmaxBackwardKernel<<<plan.grid, plan.block, 0, AsStream(stream)>>>(
         static_cast<const T*>(y), static_cast<const T*>(gy), static_cast<T*>(gx), rows, n, log);
@@ -647,7 +575,7 @@ void CudaBackendImpl::CrossEntropyForward(ScalarType type, const void* logits,
                                           double smoothing, Stream stream) {
   if (rows <= 0) return;
   const RowPlan plan = PlanRows(rows, c);
-  DispatchFloat<false>(type, "cross_entropy", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
     CrossEntropyForwardKernel<<<plan.grid, plan.block, 0, AsStream(stream)>>>(
         static_cast<const T*>(logits), target, loss, lse, rows, c, ignore_index,
@@ -662,7 +590,7 @@ void CudaBackendImpl::CrossEntropyBackward(ScalarType type, const void* logits,
                                            int64_t ignore_index, double smoothing, Stream stream) {
   if (rows <= 0 || c <= 0) return;
   const RowPlan plan = PlanRows(rows, c);
-  DispatchFloat<false>(type, "cross_entropy backward", [&](auto tag) {
+  DispatchDtype<DtypeSet::kFloat>(type, "cross_entropy backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     CrossEntropyBackwardKernel<<<plan.grid, plan.block, 0, AsStream(stream)>>>(
         static_cast<const T*>(logits), target, lse, gloss, static_cast<T*>(grad), rows, c,
@@ -677,8 +605,8 @@ void CudaBackendImpl::LayerNormForward(ScalarType type, ScalarType param_type, c
                                        Stream stream) {
   if (rows <= 0) return;
   const RowPlan plan = PlanRows(rows, n);
-  DispatchFloat<false>(type, "layer_norm", [&](auto tt) {
-    DispatchFloat<false>(param_type, "layer_norm", [&](auto pt) {
+  DispatchDtype<DtypeSet::kFloat>(type, "layer_norm", [&](auto tt) {
+    DispatchDtype<DtypeSet::kFloat>(param_type, "layer_norm", [&](auto pt) {
       using T = typename decltype(tt)::type;
       using P = typename decltype(pt)::type;
       LayerNormForwardKernel<<<plan.grid, plan.block, 0, AsStream(stream)>>>(
@@ -695,8 +623,8 @@ void CudaBackendImpl::LayerNormBackward(ScalarType type, ScalarType param_type, 
                                         int64_t rows, int64_t n, Stream stream) {
   if (n <= 0) return;
   const cudaStream_t s = AsStream(stream);
-  DispatchFloat<false>(type, "layer_norm backward", [&](auto tt) {
-    DispatchFloat<false>(param_type, "layer_norm backward", [&](auto pt) {
+  DispatchDtype<DtypeSet::kFloat>(type, "layer_norm backward", [&](auto tt) {
+    DispatchDtype<DtypeSet::kFloat>(param_type, "layer_norm backward", [&](auto pt) {
       using T = typename decltype(tt)::type;
       using P = typename decltype(pt)::type;
       const auto* xt = static_cast<const T*>(x);
