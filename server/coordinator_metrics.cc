@@ -8,6 +8,12 @@ prometheus::Family<prometheus::Gauge>& Gauge(prometheus::Registry& r, const char
   return prometheus::BuildGauge().Name(name).Help(help).Register(r);
 }
 
+// trainyard_job_state's labels: a series per job and state (kube-state-metrics' way), so an
+// alert can name the job (trainyard_job_state{state="FAILED"} == 1).
+prometheus::Labels StateLabels(const std::string& job, trainyard::v1::JobState state) {
+  return {{"job", job}, {"state", JobStateName(state)}};
+}
+
 }  // namespace
 
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
@@ -15,6 +21,7 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       queue_length_(Gauge(r, "trainyard_queue_length", "Jobs waiting for capacity (PENDING, RESTARTING)").Add({})),
       workers_alive_(Gauge(r, "trainyard_workers_alive", "Workers heartbeating").Add({})),
       workers_registered_(Gauge(r, "trainyard_workers_registered", "Workers ever registered with this coordinator").Add({})),
+      state_(Gauge(r, "trainyard_job_state", "1 for a job's current state, 0 for the others")),
       step_(Gauge(r, "trainyard_job_step", "Optimizer steps a job has completed")),
       total_steps_(Gauge(r, "trainyard_job_total_steps", "A job's length in steps")),
       loss_(Gauge(r, "trainyard_job_loss", "Training loss of a job's latest step (mean over ranks)")),
@@ -50,10 +57,17 @@ void CoordinatorMetrics::Update(const Coordinator::Snapshot& s) {
                          &eta_, &restarts_, &hung_, &stragglers_}) {
       family->Remove(&family->Add(job));
     }
+    for (int st = trainyard::v1::PENDING; st <= trainyard::v1::CANCELLED; ++st) {
+      state_.Remove(&state_.Add(StateLabels(id, static_cast<trainyard::v1::JobState>(st))));
+    }
   }
   exported_ = std::move(now);
   for (const Coordinator::JobGauges& j : s.jobs) {
     const prometheus::Labels job{{"job", j.id}};
+    for (int st = trainyard::v1::PENDING; st <= trainyard::v1::CANCELLED; ++st) {
+      const auto state = static_cast<trainyard::v1::JobState>(st);
+      state_.Add(StateLabels(j.id, state)).Set(state == j.state ? 1 : 0);
+    }
     step_.Add(job).Set(static_cast<double>(j.last_step.step()));
     total_steps_.Add(job).Set(static_cast<double>(j.last_step.total_steps()));
     loss_.Add(job).Set(j.last_step.loss());

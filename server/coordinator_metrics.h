@@ -1,7 +1,8 @@
 // The coordinator's Prometheus metrics (served on /metrics by the coordinator's main): jobs by
-// state, queue length, workers, and per job its step, loss, throughput, ETA, restarts, and the
-// hang and straggler flags. Update() copies a Coordinator::Snapshot into the gauges; a job's
-// series go when it leaves the snapshot (an hour after it ended).
+// state, queue length, workers, and per job its state (a series per state, 1 for the current
+// one), step, loss, throughput, ETA, restarts, and the hang and straggler flags. Update() copies
+// a Coordinator::Snapshot into the gauges; a job's series go when it leaves the snapshot (an
+// hour after it ended).
 #pragma once
 
 #include <memory>
@@ -30,6 +31,7 @@ class CoordinatorMetrics {
   prometheus::Gauge& queue_length_;
   prometheus::Gauge& workers_alive_;
   prometheus::Gauge& workers_registered_;
+  prometheus::Family<prometheus::Gauge>& state_;
   prometheus::Family<prometheus::Gauge>& step_;
   prometheus::Family<prometheus::Gauge>& total_steps_;
   prometheus::Family<prometheus::Gauge>& loss_;

@@ -1,6 +1,7 @@
 // trainyard-coordinator: serves the Coordinator and Worker gRPC services (with health checking
-// and reflection) and a Prometheus /metrics endpoint, keeps jobs in a SQLite file, and ticks
-// the coordinator's checks. SIGINT / SIGTERM stop it; a restart carries on from the file.
+// and reflection; --health-listen adds a plaintext port with health checking alone, for probes)
+// and a Prometheus /metrics endpoint, keeps jobs in a SQLite file, and ticks the coordinator's
+// checks. SIGINT / SIGTERM stop it; a restart carries on from the file.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -82,6 +83,20 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const Flags
   return grpc::SslServerCredentials(ssl);
 }
 
+// The kubelet's gRPC probes speak plaintext and send no token, so with TLS on they cannot reach
+// the main port. This second server, plaintext, serves grpc.health.v1 alone (the default
+// health service, SERVING while it runs) and nothing of the API; it is stopped before the main
+// server, so a stopping coordinator fails its probes first.
+StatusOr<std::unique_ptr<grpc::Server>> StartHealthServer(const std::string& address, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || *port == 0) {
+    return UnavailableError("--health-listen " + address + ": cannot listen");
+  }
+  return server;
+}
+
 int Run(const Flags& f) {
   StatusOr<server::AuthPolicy> auth = ReadAuth(f);
   if (!auth.ok()) return Fail(std::string(auth.status().message()));
@@ -145,6 +160,16 @@ int Run(const Flags& f) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return Fail("cannot listen on " + f.Get("listen"));
 
+  std::unique_ptr<grpc::Server> health_server;
+  std::string health_address;
+  if (const std::string& hlisten = f.Get("health-listen"); !hlisten.empty()) {
+    int hport = 0;
+    StatusOr<std::unique_ptr<grpc::Server>> started = StartHealthServer(hlisten, &hport);
+    if (!started.ok()) return Fail(std::string(started.status().message()));
+    health_server = *std::move(started);
+    health_address = hlisten.substr(0, hlisten.rfind(':')) + ":" + std::to_string(hport);
+  }
+
   const std::string listen = f.Get("listen");
   const std::string address = listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);
   const auto metrics_ports = exposer->GetListeningPorts();
@@ -154,10 +179,14 @@ int Run(const Flags& f) {
   TY_LOG(INFO) << "coordinator listening on " << address << " ("
                << (f.Get("tls-cert").empty() ? "plaintext" : auth->mtls ? "mutual TLS" : "TLS")
                << (auth->tokens.empty() ? "" : ", tokens") << "), metrics on http://"
-               << metrics_address << "/metrics, jobs in " << state_dir << "/jobs.db";
+               << metrics_address << "/metrics, jobs in " << state_dir << "/jobs.db"
+               << (health_address.empty() ? "" : ", health (plaintext) on " + health_address);
   if (!f.Get("ready-file").empty()) {
     const std::string tmp = f.Get("ready-file") + ".tmp";
-    std::ofstream(tmp) << address << "\n" << metrics_address << "\n";
+    std::ofstream out(tmp);
+    out << address << "\n" << metrics_address << "\n";
+    if (!health_address.empty()) out << health_address << "\n";
+    out.close();
     std::rename(tmp.c_str(), f.Get("ready-file").c_str());
   }
 
@@ -169,6 +198,7 @@ int Run(const Flags& f) {
   }
   TY_LOG(INFO) << "coordinator stopping";
   stopping = true;
+  if (health_server) health_server->Shutdown(std::chrono::system_clock::now() + 1s);
   server->Shutdown(std::chrono::system_clock::now() + 2s);
   return 0;
 }
@@ -188,7 +218,9 @@ int main(int argc, char** argv) {
       .Value("tls-client-ca", "", "PEM CA of client certificates: mutual TLS, required of workers")
       .Value("tokens-file", "", "bearer tokens clients must send, one per line")
       .Switch("insecure-plaintext", "allow plaintext on a non-loopback --listen")
-      .Value("ready-file", "", "write the gRPC and metrics addresses here once serving");
+      .Value("health-listen", "",
+             "plaintext address serving only grpc.health.v1, for probes (off when empty)")
+      .Value("ready-file", "", "write the gRPC, metrics (and health) addresses here once serving");
   if (std::optional<int> code =
           f.ParseOrExit(std::vector<std::string>(argv + 1, argv + argc), "trainyard-coordinator", 0)) {
     return *code;

@@ -3,9 +3,13 @@
 // 127.0.0.1) and a worker's client certificate.
 #include <gtest/gtest.h>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <sstream>
 
 #include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
@@ -48,6 +52,62 @@ ClusterOptions Secure(const std::string& dir, bool worker_certs) {
   o.connect.channel.tls.ca = dir + "/ca.pem";
   o.connect.token = "s3cret-token";
   return o;
+}
+
+// grpc.health.v1.Health/Check{service: ""} (an empty message) over `channel`, as the kubelet's
+// gRPC probe calls it; the response's bytes go to `response` (SERVING is 08 01).
+grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, std::string* response) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  grpc::Slice empty(std::string(""));
+  grpc::ByteBuffer in(&empty, 1), out;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out,
+                 [&](grpc::Status s) { done.set_value(s); });
+  grpc::Status status = done.get_future().get();
+  std::vector<grpc::Slice> slices;
+  (void)out.Dump(&slices);
+  for (const auto& sl : slices) {
+    response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
+  return status;
+}
+
+// --health-listen: probes that speak neither TLS nor tokens (the kubelet's) get an answer on
+// a plaintext port of their own, which serves nothing of the API.
+TEST(SecurityTest, HealthListenerAnswersPlaintextProbesAndServesNothingElse) {
+  TempDir dir;
+  MakeCertificates(dir.path());
+  { std::ofstream(dir.File("tokens")) << "s3cret-token\n"; }
+  ClusterOptions o = Secure(dir.path(), true);
+  o.workers = 0;
+  o.coordinator_flags.insert(o.coordinator_flags.end(), {"--health-listen", "127.0.0.1:0"});
+  Cluster cluster(dir.path(), o);
+  std::string error;
+  ASSERT_TRUE(cluster.StartCoordinator(&error)) << error;
+  std::istringstream ready(testing::ReadFile(dir.File("coordinator.ready")));
+  std::string address, metrics, health;
+  ready >> address >> metrics >> health;
+  ASSERT_NE(health.find("127.0.0.1:"), std::string::npos) << ready.str();
+  EXPECT_NE(cluster.coordinator().log().find("health (plaintext) on " + health), std::string::npos);
+
+  auto plain = grpc::CreateChannel(health, grpc::InsecureChannelCredentials());
+  std::string response;
+  grpc::Status s = HealthCheck(plain, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response, std::string("\x08\x01", 2));
+  // Not the API: even with the token, the Coordinator service is not there.
+  grpc::ClientContext ctx;
+  rpc::AddToken(&ctx, "s3cret-token");
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  v1::ListJobsResponse listed;
+  EXPECT_EQ(v1::Coordinator::NewStub(plain)->ListJobs(&ctx, {}, &listed).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  // Why it exists: the same probe in plaintext on the TLS port gets nothing.
+  response.clear();
+  auto tls_port = grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
+  EXPECT_FALSE(HealthCheck(tls_port, &response).ok());
 }
 
 TEST(SecurityTest, ClientCallsWithoutAValidTokenAreUnauthenticated) {
