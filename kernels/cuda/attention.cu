@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/backend_impl.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/device_math.cuh"
@@ -412,6 +413,11 @@ void CudaBackendImpl::AttentionForward(ScalarType type, int64_t batch, int64_t l
                                        const void* k, const void* v, void* out, float* lse,
                                        Stream stream) {
   if (batch == 0 || l == 0) return;
+  // bf16/f16 with head size 64 or 128: the tensor-core kernels (attention_tc.cu).
+  if (AttentionForwardTensorCores(type, batch, l, s, e, causal, scale, q, k, v, out, lse,
+                                  AsStream(stream))) {
+    return;
+  }
   const Dims dm = MakeDims(l, s, e, scale);
   int tiles = 0;
   const unsigned blocks = TileBlocks(batch, l, kFwdRows, &tiles);
@@ -435,6 +441,10 @@ void CudaBackendImpl::AttentionBackward(ScalarType type, int64_t batch, int64_t 
                                         const float* lse, const void* gout, void* gq, void* gk,
                                         void* gv, Stream stream) {
   if (batch == 0 || (l == 0 && s == 0)) return;
+  if (AttentionBackwardTensorCores(type, batch, l, s, e, causal, scale, q, k, v, out, lse, gout,
+                                   gq, gk, gv, AsStream(stream))) {
+    return;
+  }
   const Dims dm = MakeDims(l, s, e, scale);
   const cudaStream_t st = AsStream(stream);
   const int64_t rows = batch * l;

@@ -109,6 +109,17 @@ void AddAttention(std::vector<OpCase>* v) {
                                      Transpose(x[0], 1, 2), Transpose(x[1], 1, 2),
                                      Transpose(x[2], 1, 2), true, Tensor(), 0.3);
                                }));
+  // Head sizes 64 and 128 take the tensor-core kernels on CUDA for bf16/f16 (attention_tc.cu):
+  // sizes that are not multiples of its 64-row tiles, causal with l != s.
+  v->push_back(ForwardBackward("sdpa_fused_head64", true,
+                               {{1, 2, 70, 64}, {1, 2, 130, 64}, {1, 2, 130, 64}},
+                               [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2]); }));
+  v->push_back(ForwardBackward(
+      "sdpa_fused_causal_head128", true, {{1, 2, 65, 128}, {1, 2, 65, 128}, {1, 2, 65, 128}},
+      [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2], true); }));
+  v->push_back(ForwardBackward(
+      "sdpa_fused_causal_head64_rect", true, {{1, 1, 130, 64}, {1, 1, 70, 64}, {1, 1, 70, 64}},
+      [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2], true); }));
   v->push_back(ForwardBackward(
       "sdpa_composed_large_head", true, {{1, 2, 5, 136}, {1, 2, 6, 136}, {1, 2, 6, 136}},
       [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2]); }));
