@@ -3,9 +3,10 @@
 # examples with the trainyard-specs ConfigMap they document), validates every object strictly
 # against the schemas of Kubernetes $TY_K8S_VERSION (kubernetes-validate: unknown or misspelt
 # fields fail), checks what schemas cannot (scripts/check_deploy.py: volumes, Secrets and
-# ConfigMap keys, $(VAR)s, ports, selectors and files each pod refers to), and checks the
-# Dockerfiles against the binaries in BIN_DIR (each runtime stage has the Debian packages of
-# the libraries its binary links). ctest runs it as deploy_manifests (tests/CMakeLists.txt).
+# ConfigMap keys, $(VAR)s, ports, selectors and files each pod refers to; the Prometheus
+# Operator's ServiceMonitor and PodMonitor against the cpu overlay), and checks the manifests
+# and Dockerfiles against the binaries in BIN_DIR (every container flag is one its binary
+# takes; each runtime stage has the Debian packages of the libraries its binary links). ctest runs it as deploy_manifests (tests/CMakeLists.txt).
 #
 #   scripts/check-deploy.sh [BIN_DIR]     # BIN_DIR default build/bin
 #
@@ -66,6 +67,9 @@ for s in "${sets[@]}"; do
 done
 # The examples run against a deployed overlay: check them with the cpu overlay's objects.
 "$py" scripts/check_deploy.py refs "examples (on cpu)" "$tmp/cpu.yaml" "$tmp/examples.yaml" "$tmp/specs.yaml"
+"$py" scripts/check_deploy.py monitors "$tmp/cpu.yaml" deploy/monitoring/servicemonitor.yaml \
+  deploy/monitoring/podmonitor.yaml
+"$py" scripts/check_deploy.py flags "$bin_dir" "${sets[@]}" "$tmp/examples.yaml"
 "$py" scripts/check_deploy.py images deploy/docker "$bin_dir"
 
-echo "check-deploy: ${#sets[@]} overlays and the examples render, validate against Kubernetes $k8s_version and hold together; the Dockerfiles match the binaries"
+echo "check-deploy: ${#sets[@]} overlays and the examples render, validate against Kubernetes $k8s_version and hold together; the monitors select them; the flags and Dockerfiles match the binaries"

@@ -1,11 +1,19 @@
 """What schema validation cannot see in deploy/ (scripts/check-deploy.sh runs this).
 
   check_deploy.py refs NAME RENDERED.yaml...   # the objects of one deployment, as rendered
+  check_deploy.py flags BIN_DIR RENDERED.yaml...   # containers' flags against the binaries
+  check_deploy.py monitors RENDERED.yaml MONITOR.yaml...   # Operator monitors against a deployment
   check_deploy.py images DOCKER_DIR BIN_DIR    # the Dockerfiles against the built binaries
 
 refs: within one set of objects, every pod's ServiceAccount, ConfigMaps, Secrets (the two the
 README has users create, with their keys), claims, mounts, $(VAR)s, probe ports and the files
-its flags name exist; every selector selects a pod and every named port is one of its ports.
+its flags name exist; every selector selects a pod and every named port is one of its ports;
+monitors: every ServiceMonitor and PodMonitor (Prometheus Operator) uses only fields of the
+Operator's monitoring.coreos.com/v1 schema (the ones below; kubernetes-validate has no schema
+for them) and selects, in its namespaces, a Service or pods of the deployment by their labels,
+on a named port they have, with its jobLabel among their labels.
+flags: every --flag a container passes is one its image's binary lists in --help (the client
+image's: that of the command its first argument names).
 images: each runtime stage of deploy/docker/Dockerfile installs the Debian packages of the
 libraries its binary links (readelf, dpkg -S), every one a package of this Debian; the GPU
 image's CUDA is the toolkit's here. Prints each problem and exits 1 if there is any.
@@ -176,6 +184,138 @@ def check_refs(paths):
                     problem(f"NetworkPolicy/{name}", f"from podSelector {m} selects no pod")
 
 
+# The fields of monitoring.coreos.com/v1 (Prometheus Operator 0.7x) that a monitor may set.
+RELABEL_FIELDS = {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement",
+                  "action"}
+ENDPOINT_FIELDS = {"port", "targetPort", "path", "scheme", "params", "interval", "scrapeTimeout",
+                   "tlsConfig", "bearerTokenSecret", "authorization", "honorLabels",
+                   "honorTimestamps", "trackTimestampsStaleness", "basicAuth", "oauth2",
+                   "metricRelabelings", "relabelings", "proxyUrl", "followRedirects",
+                   "enableHttp2", "filterRunning"}
+MONITORS = {
+    "ServiceMonitor": ("endpoints", ENDPOINT_FIELDS | {"bearerTokenFile"},
+                       {"jobLabel", "targetLabels", "podTargetLabels", "endpoints", "selector",
+                        "namespaceSelector", "sampleLimit", "targetLimit", "labelLimit",
+                        "labelNameLengthLimit", "labelValueLengthLimit", "keepDroppedTargets",
+                        "attachMetadata", "scrapeClass", "scrapeProtocols", "bodySizeLimit"}),
+    "PodMonitor": ("podMetricsEndpoints", ENDPOINT_FIELDS | {"portNumber"},
+                   {"jobLabel", "podTargetLabels", "podMetricsEndpoints", "selector",
+                    "namespaceSelector", "sampleLimit", "targetLimit", "labelLimit",
+                    "labelNameLengthLimit", "labelValueLengthLimit", "keepDroppedTargets",
+                    "attachMetadata", "scrapeClass", "scrapeProtocols", "bodySizeLimit"}),
+}
+
+
+def unknown(where, obj, allowed):
+    for key in sorted(set(obj) - allowed):
+        problem(where, f"{key} is no field here (allowed: {', '.join(sorted(allowed))})")
+
+
+def check_monitors(paths):
+    """ServiceMonitors and PodMonitors in `paths` against the deployment objects beside them."""
+    objs = [o for p in paths for o in yaml.safe_load_all(open(p)) if o]
+    services = [o for o in objs if o["kind"] == "Service"]
+    pods = [(o["metadata"].get("namespace"), *pod_spec(o)) for o in objs if o["kind"] in POD_KINDS]
+    checked = 0
+    for o in objs:
+        if o["kind"] not in MONITORS:
+            continue
+        checked += 1
+        where = f"{o['kind']}/{o['metadata']['name']}"
+        list_key, endpoint_fields, spec_fields = MONITORS[o["kind"]]
+        if o.get("apiVersion") != "monitoring.coreos.com/v1":
+            problem(where, f"apiVersion {o.get('apiVersion')}; expected monitoring.coreos.com/v1")
+        unknown(where, o, {"apiVersion", "kind", "metadata", "spec"})
+        spec = o["spec"]
+        unknown(f"{where} spec", spec, spec_fields)
+        match = spec.get("selector", {}).get("matchLabels", {})
+        if not match:
+            problem(where, "spec.selector.matchLabels is empty: it would select everything")
+        namespaces = spec.get("namespaceSelector", {}).get("matchNames",
+                                                           [o["metadata"].get("namespace")])
+        if o["kind"] == "ServiceMonitor":
+            targets = [(s["metadata"].get("labels", {}),
+                        {p.get("name") for p in s["spec"].get("ports", [])})
+                       for s in services if s["metadata"].get("namespace") in namespaces]
+        else:
+            targets = [(labels, {p.get("name") for c in pod["containers"]
+                                 for p in c.get("ports", [])})
+                       for ns, labels, pod in pods if ns in namespaces]
+        selected = [(labels, ports) for labels, ports in targets if selects(match, labels)]
+        if not selected:
+            problem(where, f"selector {match} selects no {'Service' if o['kind'] == 'ServiceMonitor' else 'pod'} in {namespaces}")
+        job_label = spec.get("jobLabel")
+        for labels, _ in selected:
+            if job_label and job_label not in labels:
+                problem(where, f"jobLabel {job_label} is not a label of what it selects ({labels})")
+        endpoints = spec.get(list_key, [])
+        if not endpoints:
+            problem(where, f"spec.{list_key} is empty")
+        for i, e in enumerate(endpoints):
+            unknown(f"{where} {list_key}[{i}]", e, endpoint_fields)
+            for r in e.get("relabelings", []) + e.get("metricRelabelings", []):
+                unknown(f"{where} {list_key}[{i}] relabeling", r, RELABEL_FIELDS)
+            for labels, ports in selected:
+                if "port" in e and e["port"] not in ports:
+                    problem(where, f"{list_key}[{i}].port {e['port']} is not a port name of "
+                            f"what it selects ({sorted(p for p in ports if p)})")
+    if checked == 0:
+        problem(" ".join(paths), "no ServiceMonitor or PodMonitor")
+    return checked
+
+
+# Image name (before the tag) -> the binary its Dockerfile stage runs (ENTRYPOINT).
+IMAGE_BINARIES = {"trainyard-coordinator": "trainyard-coordinator",
+                  "trainyard-worker": "trainyard-worker",
+                  "trainyard-worker-gpu": "trainyard-worker",
+                  "trainyard-client": "trainyard"}
+
+
+def help_flags(bin_dir, binary, command):
+    """The flags `binary [command] --help` lists (its "  --name ..." lines)."""
+    path = os.path.join(bin_dir, binary)
+    if not os.path.exists(path):
+        return None
+    argv = [path] + ([command] if command else []) + ["--help"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    return set(re.findall(r"^  --([a-z0-9-]+)", out.stdout + out.stderr, re.M))
+
+
+def check_flags(bin_dir, paths):
+    """Every --flag a container of `paths` passes is one its binary accepts."""
+    objs = [o for p in paths for o in yaml.safe_load_all(open(p)) if o]
+    checked = 0
+    for o in objs:
+        if o["kind"] not in POD_KINDS:
+            continue
+        _, spec = pod_spec(o)
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            where = f"{o['kind']}/{o['metadata']['name']} container {c['name']}"
+            image = c["image"].rsplit("/", 1)[-1].split(":")[0].split("@")[0]
+            binary = IMAGE_BINARIES.get(image)
+            if binary is None:
+                problem(where, f"image {c['image']} is none of ours ({sorted(IMAGE_BINARIES)})")
+                continue
+            args = c.get("command", [])[1:] + c.get("args", [])
+            command = args[0] if binary == "trainyard" and args else None
+            known = help_flags(bin_dir, binary, command)
+            program = f"{binary} {command}" if command else binary
+            if known is None:
+                problem(where, f"no {os.path.join(bin_dir, binary)} to check its flags against")
+                continue
+            if not known:
+                problem(where, f"{program} --help lists no flags")
+                continue
+            checked += 1
+            for a in args:
+                if a.startswith("--") and a[2:].split("=", 1)[0] not in known:
+                    problem(where, f"{a}: {program} has no such flag "
+                            f"(it has --{', --'.join(sorted(known))})")
+    if checked == 0:
+        problem(" ".join(paths), "no container of ours to check")
+    return checked
+
+
 def stages(dockerfile):
     """{stage: (base image, [RUN commands], [COPY lines])}, continuation lines joined."""
     text = re.sub(r"\\\n", " ", open(dockerfile).read())
@@ -246,8 +386,8 @@ def check_images(docker_dir, bin_dir):
         for b in binaries:
             path = os.path.join(bin_dir, b)
             if not os.path.exists(path):
-                print(f"check_deploy: images: no {path}, so the {stage} stage's packages are "
-                      "not checked against it (build it first)")
+                problem(f"Dockerfile {stage}", f"no {path} to check the stage's packages against "
+                        "(build it first)")
                 continue
             checked += 1
             for lib, pkg in sorted(linked_packages(path).items()):
@@ -281,8 +421,16 @@ def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "refs":
         check_refs(sys.argv[3:])
         what = f"refs {sys.argv[2]}"
+    elif len(sys.argv) >= 4 and sys.argv[1] == "monitors":
+        n = check_monitors(sys.argv[2:])
+        what = f"monitors ({n} checked)"
+    elif len(sys.argv) >= 4 and sys.argv[1] == "flags":
+        n = check_flags(sys.argv[2], sys.argv[3:])
+        what = f"flags ({n} containers checked)"
     elif len(sys.argv) == 4 and sys.argv[1] == "images":
         n = check_images(sys.argv[2], sys.argv[3])
+        if n == 0:
+            problem(sys.argv[3], "no binary of a Dockerfile stage found")
         what = f"images ({n} binaries checked)"
     else:
         sys.exit(__doc__)
