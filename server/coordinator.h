@@ -113,8 +113,8 @@ class Coordinator {
     trainyard::v1::JobState state;
     trainyard::v1::StepMetrics last_step;
     int restarts = 0;
-    bool hung = false;    // the last attempt ended with a hang diagnosis
-    int stragglers = 0;   // ranks flagged now
+    bool hung = false;   // the last attempt ended with a hang diagnosis
+    int stragglers = 0;  // ranks flagged now (0 unless RUNNING)
   };
   struct Snapshot {
     std::map<trainyard::v1::JobState, int> jobs_by_state;

@@ -27,11 +27,10 @@ int64_t MsOf(std::chrono::nanoseconds d) {
 }
 
 Status CheckWorkerName(const std::string& name) {
-  const bool ok = !name.empty() && name.size() <= 63 &&
-                  std::all_of(name.begin(), name.end(), [](char c) {
-                    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ||
-                           c == '_';
-                  });
+  const bool ok =
+      !name.empty() && name.size() <= 63 && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+      });
   if (ok) return OkStatus();
   return InvalidArgumentError("worker name \"" + name +
                               "\": must be 1 to 63 characters of A-Z, a-z, 0-9, '-', '.', '_'");
@@ -59,9 +58,9 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   registry_.Register(info);
   outbox_[req.name()].clear();
   commands_cv_.notify_all();  // an older stream of this worker ends
-  TY_LOG(INFO) << "worker " << req.name() << " (" << req.host() << ") registered: "
-               << req.cpu_slots() << " CPU slots, " << req.gpus_size() << " GPUs, "
-               << req.ranks_size() << " ranks running";
+  TY_LOG(INFO) << "worker " << req.name() << " (" << req.host()
+               << ") registered: " << req.cpu_slots() << " CPU slots, " << req.gpus_size()
+               << " GPUs, " << req.ranks_size() << " ranks running";
   // Reconcile: the ranks the worker reports are the truth; a rank the coordinator placed there
   // that it does not report is gone (the daemon restarted, or never got the assignment).
   std::set<std::tuple<std::string, int, int>> reported;
@@ -95,7 +94,8 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 Status Coordinator::Heartbeat(const trainyard::v1::WorkerHeartbeat& hb) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!registry_.Heartbeat(hb.name(), hb.draining())) {
-    return NotFoundError("worker " + hb.name() + " is not registered (or was declared lost); "
+    return NotFoundError("worker " + hb.name() +
+                         " is not registered (or was declared lost); "
                          "register again");
   }
   for (const auto& s : hb.ranks()) OnRankStatus(hb.name(), s);
@@ -218,8 +218,8 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
       MaybeRunning(*e);
     }
     // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
-    e->stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() +
-                                         m.backward_seconds() + m.optimizer_seconds());
+    e->stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() + m.backward_seconds() +
+                                         m.optimizer_seconds());
     if (m.rank() != 0) return OkStatus();
     const auto now = clock_->Now();
     if (e->last_step_at != Clock::TimePoint{} && m.step() > e->job.last_step().step()) {
@@ -282,7 +282,8 @@ void Coordinator::CheckLiveness(Entry& e) {
     if (registry_.IsAlive(worker)) continue;
     const WorkerRegistry::Entry* w = registry_.Find(worker);
     if (w != nullptr) {
-      return AbortAttempt(e, "worker " + worker + " (" + r.placement.host() + ") lost: no heartbeat for " +
+      return AbortAttempt(e, "worker " + worker + " (" + r.placement.host() +
+                                 ") lost: no heartbeat for " +
                                  FormatSeconds(SecondsOf(now - w->last_heartbeat)));
     }
     if (now - started_ >= options_.heartbeat_timeout) {
@@ -292,12 +293,14 @@ void Coordinator::CheckLiveness(Entry& e) {
                                  " of the coordinator's restart");
     }
   }
-  if (e.job.state() == trainyard::v1::SCHEDULED && now - e.attempt_started >= options_.start_timeout) {
+  if (e.job.state() == trainyard::v1::SCHEDULED &&
+      now - e.attempt_started >= options_.start_timeout) {
     std::string missing;
     for (const auto& [rank, r] : e.ranks) {
       if (!r.reported) missing += (missing.empty() ? "" : ", ") + RankName(r.placement);
     }
-    AbortAttempt(e, missing + " did not start within " + FormatSeconds(SecondsOf(options_.start_timeout)));
+    AbortAttempt(
+        e, missing + " did not start within " + FormatSeconds(SecondsOf(options_.start_timeout)));
   }
 }
 
@@ -368,8 +371,8 @@ std::vector<WorkerCapacity> Coordinator::FreeCapacity(bool gpu) const {
   std::vector<WorkerCapacity> out;
   for (const WorkerRegistry::Entry* w : registry_.Alive()) {
     if (w->draining) continue;
-    WorkerCapacity c{w->info.name(), w->info.host(), {},
-                     gpu ? w->info.gpus_size() : w->info.cpu_slots()};
+    WorkerCapacity c{
+        w->info.name(), w->info.host(), {}, gpu ? w->info.gpus_size() : w->info.cpu_slots()};
     for (int s = 0; s < c.total_slots; ++s) {
       if (used[c.name].count(s) == 0) c.free_slots.push_back(s);
     }
@@ -394,12 +397,13 @@ void Coordinator::Schedule() {
     std::vector<GangRequest> requests;
     for (const Entry* e : queue) {
       if ((e->spec.device == "cuda") != gpu) continue;
-      requests.push_back({e->job.id(), e->spec.parallelism.world_size,
-                          e->spec.parallelism.ranks_per_node, gpu});
+      requests.push_back(
+          {e->job.id(), e->spec.parallelism.world_size, e->spec.parallelism.ranks_per_node, gpu});
     }
     if (requests.empty()) continue;
     std::vector<WorkerCapacity> free = FreeCapacity(gpu);
-    for (Placement& p : server::Schedule(requests, &free)) StartAttempt(*jobs_[p.job_id], std::move(p.ranks));
+    for (Placement& p : server::Schedule(requests, &free))
+      StartAttempt(*jobs_[p.job_id], std::move(p.ranks));
   }
 }
 
@@ -440,7 +444,9 @@ Coordinator::Snapshot Coordinator::GetSnapshot() {
     for (const auto& d : e.job.diagnoses()) {
       if (d.kind() == trainyard::v1::Diagnosis::HANG && d.attempt() == attempt) g.hung = true;
     }
-    g.stragglers = e.job.stragglers_size();
+    // Flags describe the ranks running now; those of an attempt that ended (a job restarting
+    // or over) would keep the straggler alert firing.
+    g.stragglers = state == trainyard::v1::RUNNING ? e.job.stragglers_size() : 0;
     s.jobs.push_back(std::move(g));
   }
   s.workers_known = static_cast<int>(registry_.all().size());

@@ -433,6 +433,31 @@ TEST_F(CoordinatorTest, RankComputingThreeTimesLongerIsFlaggedAsAStraggler) {
   EXPECT_EQ(job.last_step().step(), 6);
 }
 
+// The straggler gauge (alerted on) counts flagged ranks of a running job only: a job that ended
+// with a rank flagged has none.
+TEST_F(CoordinatorTest, AJobThatEndedHasNoStragglersInTheSnapshot) {
+  const std::string spec =
+      R"({"name":"t","model":{"mlp":{"sizes":[4,3]}},"data":{"csv":{"path":"x.csv"}},)"
+      R"("optimizer":{"sgd":{}},"steps":10,"parallelism":{"world_size":2},)"
+      R"("fault_tolerance":{"straggler_window_steps":3}})";
+  const std::string id = StartJob(true, spec);
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(c().ReportMetrics(Step(id, 0, step, 0.1, 0.2)).ok());
+    ASSERT_TRUE(c().ReportMetrics(Step(id, 1, step, 0.3, 0.0)).ok());
+  }
+  c().Tick();
+  auto stragglers = [&] {
+    for (const auto& g : c().GetSnapshot().jobs)
+      if (g.id == id) return g.stragglers;
+    return -1;
+  };
+  EXPECT_EQ(stragglers(), 1);
+  Heartbeat("a", {Exited(id, 1, 0, 0)});
+  Heartbeat("b", {Exited(id, 1, 1, 0)});
+  ASSERT_EQ(State(id), trainyard::v1::SUCCEEDED);
+  EXPECT_EQ(stragglers(), 0);
+}
+
 TEST_F(CoordinatorTest, CancelOfAPendingJobCancelsItAtOnce) {
   Register("a", 2);
   const std::string id = Submit();
