@@ -1,15 +1,14 @@
 // Acceptance of the service with the real binaries on loopback: `trainyard local` trains
 // Fashion-MNIST on two workers; a job's metrics reach WatchJob and every /metrics endpoint.
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
-
-#include <grpcpp/generic/generic_stub.h>
 
 #include "common/json.h"
 #include "tests/testing/cluster.h"
@@ -50,7 +49,8 @@ TEST(ServiceTest, LocalTrainsFashionMlpOnTwoWorkersToEightyFivePercent) {
   EXPECT_NE(ranks[0].Find("worker")->string_value(), ranks[1].Find("worker")->string_value());
   // The checkpoint is under the spec's dir, in the job's own directory, and loads.
   const std::string ckpt = job->Find("checkpoint")->string_value();
-  EXPECT_EQ(ckpt.rfind(checkpoints + "/" + job->Find("id")->string_value() + "/step-", 0), 0u) << ckpt;
+  EXPECT_EQ(ckpt.rfind(checkpoints + "/" + job->Find("id")->string_value() + "/step-", 0), 0u)
+      << ckpt;
   auto file = LoadSafetensors(ckpt + "/model.safetensors");
   ASSERT_TRUE(file.ok()) << file.status().message();
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -105,7 +105,8 @@ TEST(ServiceTest, MetricsReachWatchJobAndEveryMetricsEndpoint) {
   std::set<std::string> ranks_seen;
   for (const auto& w : *workers) {
     const std::string text = testing::HttpGet(w.metrics_address(), "/metrics");
-    EXPECT_NE(text.find("trainyard_rank_step{job=\"" + job->id()), std::string::npos) << w.name() << text;
+    EXPECT_NE(text.find("trainyard_rank_step{job=\"" + job->id()), std::string::npos)
+        << w.name() << text;
     EXPECT_NE(text.find("trainyard_rank_phase_seconds{"), std::string::npos) << text;
     EXPECT_NE(text.find("phase=\"allreduce_wait\""), std::string::npos) << text;
     for (const char* rank : {"rank=\"0\"", "rank=\"1\""}) {
@@ -127,6 +128,24 @@ TEST(ServiceTest, ASecondCoordinatorOnTheSameStateDirectoryIsRefused) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("another trainyard-coordinator uses"), std::string::npos) << r.err;
   EXPECT_TRUE(cluster.coordinator().running());
+}
+
+// A worker bound to every address (as in Kubernetes, --metrics-listen 0.0.0.0:9601) tells the
+// coordinator, and so `trainyard workers` and Prometheus, its --host, where it can be reached.
+TEST(ServiceTest, AWorkerListeningOnEveryAddressReportsItsMetricsAtItsHost) {
+  TempDir dir;
+  Cluster cluster(dir.path(),
+                  {1, 1, 10, {}, {"--metrics-listen", "0.0.0.0:0", "--host", "localhost"}, {}});
+  std::string error;
+  ASSERT_TRUE(cluster.Start(&error)) << error;
+  auto workers = cluster.client().ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status().message();
+  ASSERT_EQ(workers->size(), 1u);
+  const std::string address = (*workers)[0].metrics_address();
+  ASSERT_EQ(address.rfind("localhost:", 0), 0u) << address;
+  const std::string port = address.substr(address.rfind(':'));  // ":N"
+  EXPECT_NE(testing::HttpGet("127.0.0.1" + port, "/metrics").find("trainyard_worker_slots"),
+            std::string::npos);
 }
 
 // gRPC health checking and reflection, called as any gRPC tool would (generic calls with
@@ -157,7 +176,8 @@ TEST(ServiceTest, ServesHealthCheckingAndReflection) {
     cv.wait_for(lock, 15s, [&] { return done; });
     std::vector<grpc::Slice> slices;
     (void)out.Dump(&slices);
-    for (const auto& sl : slices) response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    for (const auto& sl : slices)
+      response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
     return status;
   };
   // HealthCheckRequest{service: ""} is empty; HealthCheckResponse{status: SERVING} is 08 01.
@@ -170,7 +190,8 @@ TEST(ServiceTest, ServesHealthCheckingAndReflection) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 10s);
   grpc::CompletionQueue cq;
-  auto stream = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto stream =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag;
   bool ok;
   stream->StartCall(reinterpret_cast<void*>(1));
@@ -184,7 +205,8 @@ TEST(ServiceTest, ServesHealthCheckingAndReflection) {
   std::vector<grpc::Slice> slices;
   (void)out.Dump(&slices);
   std::string services;
-  for (const auto& sl : slices) services.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  for (const auto& sl : slices)
+    services.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
   EXPECT_NE(services.find("trainyard.v1.Coordinator"), std::string::npos);
   EXPECT_NE(services.find("trainyard.v1.Worker"), std::string::npos);
   EXPECT_NE(services.find("grpc.health.v1.Health"), std::string::npos);

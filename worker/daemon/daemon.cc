@@ -86,8 +86,10 @@ class Daemon {
     exposer_->RegisterCollectable(registry_);
     metrics_ = std::make_unique<WorkerMetrics>(*registry_, o_.cpu_slots);
     const auto ports = exposer_->GetListeningPorts();
-    metrics_address_ = o_.metrics_listen.substr(0, o_.metrics_listen.rfind(':')) + ":" +
-                       std::to_string(ports.empty() ? 0 : ports[0]);
+    // What others can scrape: a wildcard bind (0.0.0.0, [::], or no host) is reached at --host.
+    std::string bind_host = o_.metrics_listen.substr(0, o_.metrics_listen.rfind(':'));
+    if (bind_host.empty() || bind_host == "0.0.0.0" || bind_host == "[::]") bind_host = o_.host;
+    metrics_address_ = bind_host + ":" + std::to_string(ports.empty() ? 0 : ports[0]);
     StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(o_.coordinator, o_.channel);
     if (!channel.ok()) {
       TY_LOG(ERROR) << channel.status().message();
@@ -95,8 +97,8 @@ class Daemon {
     }
     stub_ = v1::Worker::NewStub(*channel);
     TY_LOG(INFO) << "worker " << o_.name << " (" << o_.host << ", " << o_.cpu_slots
-                 << " CPU slots, " << o_.gpus.size() << " GPUs) for coordinator " << o_.coordinator << ", metrics on http://"
-                 << metrics_address_ << "/metrics";
+                 << " CPU slots, " << o_.gpus.size() << " GPUs) for coordinator " << o_.coordinator
+                 << ", metrics on http://" << metrics_address_ << "/metrics";
     std::thread supervisor([this] { Supervise(); });
     std::thread sender([this] { SendMetrics(); });
     Control();
@@ -115,10 +117,11 @@ class Daemon {
     so.work_dir = o_.work_dir;
     so.grace = o_.grace;
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    so.threads_per_rank =
-        o_.threads_per_rank > 0 ? o_.threads_per_rank : std::max(1, cores / std::max(1, o_.cpu_slots));
+    so.threads_per_rank = o_.threads_per_rank > 0 ? o_.threads_per_rank
+                                                  : std::max(1, cores / std::max(1, o_.cpu_slots));
     so.env = {std::string(kCoordinatorEnv) + "=" + o_.coordinator,
-              std::string(kHostEnv) + "=" + o_.host, std::string(kTokenEnv) + "=" + o_.token,
+              std::string(kHostEnv) + "=" + o_.host,
+              std::string(kTokenEnv) + "=" + o_.token,
               std::string(kCaEnv) + "=" + o_.channel.tls.ca,
               std::string(kCertEnv) + "=" + o_.channel.tls.cert,
               std::string(kKeyEnv) + "=" + o_.channel.tls.key,
@@ -198,9 +201,10 @@ class Daemon {
     }
     // Forget the marks of ranks the supervisor forgot.
     for (auto it = exit_marks_.begin(); it != exit_marks_.end();) {
-      const bool known = std::any_of(statuses.begin(), statuses.end(), [&](const v1::RankStatus& s) {
-        return std::make_tuple(s.job_id(), s.attempt(), s.rank()) == it->first;
-      });
+      const bool known =
+          std::any_of(statuses.begin(), statuses.end(), [&](const v1::RankStatus& s) {
+            return std::make_tuple(s.job_id(), s.attempt(), s.rank()) == it->first;
+          });
       it = known ? std::next(it) : exit_marks_.erase(it);
     }
     metrics_->OnStatuses(statuses);
@@ -308,8 +312,9 @@ class Daemon {
     reader.join();
     const grpc::Status s = stream->Finish();
     if (!supervisor_done_) {
-      TY_LOG(WARNING) << "heartbeat stream to " << o_.coordinator << " ended: "
-                      << (s.ok() ? "closed" : s.error_message()) << "; registering again";
+      TY_LOG(WARNING) << "heartbeat stream to " << o_.coordinator
+                      << " ended: " << (s.ok() ? "closed" : s.error_message())
+                      << "; registering again";
     }
   }
 

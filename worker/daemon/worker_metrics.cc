@@ -24,7 +24,8 @@ double Number(const Json& j, const char* key) {
 WorkerMetrics::WorkerMetrics(prometheus::Registry& r, int slots)
     : slots_(Gauge(r, "trainyard_worker_slots", "CPU slots this worker offers").Add({})),
       running_(Gauge(r, "trainyard_worker_ranks_running", "Rank processes running").Add({})),
-      connected_(Gauge(r, "trainyard_worker_connected", "1 while registered with the coordinator").Add({})),
+      connected_(Gauge(r, "trainyard_worker_connected", "1 while registered with the coordinator")
+                     .Add({})),
       exits_(prometheus::BuildCounter()
                  .Name("trainyard_worker_rank_exits_total")
                  .Help("Rank processes that exited, by outcome")
@@ -34,7 +35,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, int slots)
       phase_seconds_(Gauge(r, "trainyard_rank_phase_seconds",
                            "Wall time of a rank's latest step by phase (data, forward, backward, "
                            "allreduce_wait, optimizer)")),
-      step_seconds_(Gauge(r, "trainyard_rank_step_duration_seconds", "Wall time of a rank's latest step")),
+      step_seconds_(
+          Gauge(r, "trainyard_rank_step_duration_seconds", "Wall time of a rank's latest step")),
       bandwidth_(Gauge(r, "trainyard_rank_allreduce_bus_bandwidth_bytes_per_second",
                        "Gradient all-reduce bus bandwidth of a rank's latest step")),
       memory_(Gauge(r, "trainyard_rank_memory_bytes", "Resident memory of a rank process")),
@@ -43,6 +45,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, int slots)
                        .Help("Steps reported by a rank")
                        .Register(r)) {
   slots_.Set(slots);
+  // Both outcomes exist from the start, at 0, so that increase() and rate() over them read 0
+  // before the first exit rather than nothing.
+  exits_.Add({{"outcome", "success"}});
+  exits_.Add({{"outcome", "failure"}});
 }
 
 void WorkerMetrics::OnStep(const trainyard::v1::RankStatus& who, const Json& m) {
