@@ -1,8 +1,9 @@
-// Acceptance of deploy/monitoring against a real Prometheus: Debian's prometheus scrapes a real
-// coordinator and two workers on loopback (every second) while they train a small MLP on
-// Fashion-MNIST, with deploy/monitoring/alerts.yml loaded. Through Prometheus' HTTP API every
-// query of the Grafana dashboard returns data, every alert expression evaluates, and every rule
-// group is healthy.
+// Acceptance of deploy/monitoring against a real Prometheus: Debian's prometheus, configured by
+// deploy/monitoring/prometheus.yml (on the test's ports, every second) with alerts.yml, scrapes
+// a real coordinator and two workers on loopback while they train a small MLP on
+// Fashion-MNIST. Through Prometheus' HTTP API, while the job runs, every query of the Grafana
+// dashboard returns data, every alert expression evaluates and every metric it reads has
+// series, and every rule group is healthy; after the job is cancelled too.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -27,7 +28,6 @@ using testing::TempDir;
 using testing::WaitUntil;
 
 const std::string kMonitoring = std::string(TY_SOURCE_DIR) + "/deploy/monitoring";
-constexpr int kSteps = 150;
 
 void ReplaceAll(std::string* s, const std::string& from, const std::string& to) {
   for (size_t at = s->find(from); at != std::string::npos; at = s->find(from, at + to.size())) {
@@ -35,20 +35,38 @@ void ReplaceAll(std::string* s, const std::string& from, const std::string& to) 
   }
 }
 
-// prometheus.yml's local scrape jobs (names, honor_labels), on the test's ports, every second.
-std::string ScrapeConfig(const std::string& coordinator, const std::vector<std::string>& workers) {
-  std::string targets;
-  for (const std::string& w : workers) targets += (targets.empty() ? "\"" : ", \"") + w + "\"";
-  std::string config = R"(global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}
-rule_files: ["RULES"]
-scrape_configs:
-  - {job_name: trainyard-coordinator, honor_labels: true, static_configs: [{targets: ["COORDINATOR"]}]}
-  - {job_name: trainyard-worker, honor_labels: true, static_configs: [{targets: [WORKERS]}]}
-)";
-  ReplaceAll(&config, "RULES", kMonitoring + "/alerts.yml");
-  ReplaceAll(&config, "COORDINATOR", coordinator);
-  ReplaceAll(&config, "WORKERS", targets);
-  return config;
+// deploy/monitoring/prometheus.yml as it is (its scrape jobs' names, honor_labels and every
+// other setting), with the test's targets, alerts.yml by its full path, and a 1 s interval.
+StatusOr<std::string> ScrapeConfig(const std::string& coordinator,
+                                   const std::vector<std::string>& workers) {
+  ASSIGN_OR_RETURN(
+      Json config,
+      client::ParseYaml(testing::ReadFile(kMonitoring + "/prometheus.yml"), "prometheus.yml"));
+  config.Set("global", Json::Object({{"scrape_interval", "1s"},
+                                     {"scrape_timeout", "1s"},
+                                     {"evaluation_interval", "1s"}}));
+  config.Set("rule_files", Json::Array({kMonitoring + "/alerts.yml"}));
+  const Json* jobs = config.Find("scrape_configs");
+  if (jobs == nullptr) return NotFoundError("prometheus.yml has no scrape_configs");
+  Json::Items replaced;
+  std::set<std::string> names;
+  for (Json job : jobs->items()) {
+    const std::string name = job.Find("job_name")->string_value();
+    Json targets = Json::Array();
+    if (name == "trainyard-coordinator") {
+      targets.Append(coordinator);
+    } else if (name == "trainyard-worker") {
+      for (const std::string& w : workers) targets.Append(w);
+    } else {
+      return InvalidArgumentError("prometheus.yml: scrape job " + name + " is not one of ours");
+    }
+    names.insert(name);
+    job.Set("static_configs", Json::Array({Json::Object({{"targets", std::move(targets)}})}));
+    replaced.push_back(std::move(job));
+  }
+  if (names.size() != 2) return NotFoundError("prometheus.yml lacks a trainyard scrape job");
+  config.Set("scrape_configs", Json::Array(std::move(replaced)));
+  return config.Dump(2);  // JSON is YAML
 }
 
 StatusOr<Json> ReadJsonFile(const std::string& path) {
@@ -81,17 +99,47 @@ std::vector<std::string> Expand(std::string expr, const std::string& job,
   return out;
 }
 
-// The queries `query` answers with no sample (or an error), each with why.
+// True when a query's result holds a sample that is a number (not NaN: a histogram quantile
+// without traffic, a ratio of zeros).
+bool HasNumber(const Json& result) {
+  for (const Json& sample : result.items()) {
+    const Json* value = sample.is_object() ? sample.Find("value") : nullptr;
+    if (value != nullptr && value->size() == 2 && (*value)[1].string_value() != "NaN") return true;
+  }
+  return false;
+}
+
+// The queries `query` answers with no numeric sample (or an error), each with why.
 std::vector<std::string> Empty(PrometheusServer& p, const std::vector<std::string>& queries) {
   std::vector<std::string> empty;
   for (const std::string& q : queries) {
     StatusOr<Json> r = p.Query(q);
     if (!r.ok())
       empty.push_back(q + ": " + std::string(r.status().message()));
-    else if (r->size() == 0)
+    else if (!HasNumber(*r))
       empty.push_back(q + ": no data");
   }
   return empty;
+}
+
+// The metric names (trainyard_*) `expr` reads, but for those under absent() (which mean their
+// absence).
+std::set<std::string> MetricNames(const std::string& expr) {
+  std::set<std::string> names;
+  const std::string prefix = "trainyard_";
+  for (size_t at = expr.find(prefix); at != std::string::npos; at = expr.find(prefix, at + 1)) {
+    if (at > 0 && (std::isalnum(static_cast<unsigned char>(expr[at - 1])) || expr[at - 1] == '_'))
+      continue;
+    size_t end = at;
+    while (end < expr.size() &&
+           (std::isalnum(static_cast<unsigned char>(expr[end])) || expr[end] == '_'))
+      ++end;
+    if (expr.rfind("absent(", at) != std::string::npos &&
+        expr.find(')', expr.rfind("absent(", at)) > at)
+      continue;
+    names.insert(expr.substr(at, end - at));
+  }
+  return names;
 }
 
 std::string Lines(const std::vector<std::string>& v) {
@@ -175,16 +223,24 @@ void ExpectDashboardHasData(PrometheusServer& prometheus, const Json& dashboard,
 void ExpectRulesEvaluate(PrometheusServer& prometheus, const Json& rules) {
   std::set<std::string> groups;
   size_t count = 0;
+  std::vector<std::string> series;  // count(NAME) for each metric an alert reads
   for (const Json& g : rules.Find("groups")->items()) {
     groups.insert(g.Find("name")->string_value());
     for (const Json& r : g.Find("rules")->items()) {
       ++count;
-      StatusOr<Json> result = prometheus.Query(r.Find("expr")->string_value());
+      const std::string expr = r.Find("expr")->string_value();
+      StatusOr<Json> result = prometheus.Query(expr);
       EXPECT_TRUE(result.ok()) << r.Find("alert")->string_value() << ": "
                                << result.status().message();
+      for (const std::string& name : MetricNames(expr)) series.push_back("count(" + name + ")");
     }
   }
   EXPECT_EQ(count, 6u);
+  // An alert on a metric nobody exports would evaluate, to nothing, for ever.
+  EXPECT_GE(series.size(), 6u);
+  const std::vector<std::string> missing = Empty(prometheus, series);
+  EXPECT_TRUE(missing.empty()) << "alerts read metrics Prometheus has no series of:\n"
+                               << Lines(missing);
   std::string why;
   EXPECT_TRUE(WaitUntil([&] { return RulesHealthy(prometheus, groups, count, &why); }, 10s)) << why;
 }
@@ -207,37 +263,44 @@ TEST(MonitoringTest, PrometheusAnswersEveryDashboardQueryAndAlertRuleDuringAReal
   ASSERT_TRUE(workers.ok()) << workers.status().message();
   std::vector<std::string> worker_metrics;
   for (const auto& w : *workers) worker_metrics.push_back(w.metrics_address());
+  StatusOr<std::string> config = ScrapeConfig(cluster.metrics_address(), worker_metrics);
+  ASSERT_TRUE(config.ok()) << config.status().message();
   PrometheusServer prometheus;
-  ASSERT_TRUE(
-      prometheus.Start(dir.path(), ScrapeConfig(cluster.metrics_address(), worker_metrics), &error))
-      << error;
+  ASSERT_TRUE(prometheus.Start(dir.path(), *config, &error)) << error;
   ASSERT_TRUE(WaitUntil([&] { return Empty(prometheus, {"count(up == 1) == 3"}).empty(); }, 10s))
       << "the coordinator and both workers are not all scraped:\n"
       << prometheus.log();
 
+  // A job far longer than the test: the checks run while it trains, then it is cancelled.
   const std::string spec =
       R"({"name":"monitoring","model":{"mlp":{"sizes":[784,64,10]}},"data":{"fashion_mnist":{"limit":6400}},)"
-      R"("optimizer":{"sgd":{"lr":0.05}},"batch_size":32,"steps":)" +
-      std::to_string(kSteps) + R"(,"parallelism":{"world_size":2}})";
+      R"("optimizer":{"sgd":{"lr":0.05}},"batch_size":32,"steps":1000000,"parallelism":{"world_size":2}})";
   auto job = cluster.client().Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status().message();
   const std::string id = job->id();
   JobWatch watch(cluster.client(), id);
-  ASSERT_TRUE(watch.WaitForState(v1::SUCCEEDED, 120s)) << watch.Describe() << cluster.Logs();
+  ASSERT_TRUE(watch.WaitForState(v1::RUNNING, 60s)) << watch.Describe() << cluster.Logs();
 
-  // Prometheus saw the job run and end: its final step, SUCCEEDED as its one state now, and
-  // RUNNING in the last minutes.
+  // While it runs: Prometheus sees it RUNNING, with both ranks stepping.
   const std::string of_job = "{job=\"" + id + "\"";
+  std::vector<std::string> missing;
+  const std::vector<std::string> running = {
+      "trainyard_job_state" + of_job + ", state=\"RUNNING\"} == 1",
+      "count(trainyard_rank_step" + of_job + "} > 20) == 2"};
+  ASSERT_TRUE(WaitUntil([&] { return (missing = Empty(prometheus, running)).empty(); }, 30s))
+      << Lines(missing) << cluster.Logs();
+  ExpectDashboardHasData(prometheus, *dashboard, id);
+  ExpectRulesEvaluate(prometheus, *rules);
+
+  // Cancelled: CANCELLED as its one state now, RUNNING in the last minutes, and no alert fires.
+  ASSERT_TRUE(cluster.client().Cancel(id, /*checkpoint=*/false).ok());
+  ASSERT_TRUE(watch.WaitForState(v1::CANCELLED, 60s)) << watch.Describe() << cluster.Logs();
   const std::vector<std::string> seen = {
-      "trainyard_job_step" + of_job + "} == " + std::to_string(kSteps),
-      "trainyard_job_state" + of_job + ", state=\"SUCCEEDED\"} == 1",
+      "trainyard_job_state" + of_job + ", state=\"CANCELLED\"} == 1",
       "sum(trainyard_job_state" + of_job + "}) == 1",
       "max_over_time(trainyard_job_state" + of_job + ", state=\"RUNNING\"}[5m]) == 1"};
-  std::vector<std::string> missing;
   EXPECT_TRUE(WaitUntil([&] { return (missing = Empty(prometheus, seen)).empty(); }, 10s))
       << Lines(missing);
-
-  ExpectDashboardHasData(prometheus, *dashboard, id);
   ExpectRulesEvaluate(prometheus, *rules);
   prometheus.Stop();
 }
