@@ -675,8 +675,7 @@ bool AttentionBackwardTensorCores(ScalarType type, int64_t batch, int64_t l, int
   float* dq = nullptr;  // (batch, l, e) f32, then D (batch, l); stream-ordered scratch
   if (rows > 0) {
     const size_t bytes = static_cast<size_t>(rows) * (e + 1) * sizeof(float);
-    TY_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&dq), bytes, stream) == cudaSuccess)
-        << "AttentionBackwardTensorCores: cannot allocate " << bytes << " bytes of scratch";
+    dq = static_cast<float*>(AllocOrDie("AttentionBackwardTensorCores", bytes, stream));
     TY_CUDA_CHECK(cudaMemsetAsync(dq, 0, static_cast<size_t>(rows) * e * sizeof(float), stream));
   }
   float* dvec = rows > 0 ? dq + rows * e : nullptr;

@@ -110,6 +110,10 @@ class Backend {
   // ResourceExhausted with the sizes when the device is full.
   virtual Status Malloc(int device, size_t nbytes, void** out) = 0;
   virtual void Free(int device, void* ptr) = 0;
+  // The engine's way to give its cached device memory back (its caching allocator's
+  // EmptyCache for `device`): called when memory the library takes for itself (kernels'
+  // scratch, the cuBLASLt and cuDNN workspaces) cannot be had, before trying once more.
+  virtual void SetMemoryReleaser(void (*release)(int device)) = 0;
   // Page-locked host memory, for asynchronous copies.
   virtual Status HostMalloc(size_t nbytes, void** out) = 0;
   virtual void HostFree(void* ptr) = 0;
@@ -256,7 +260,7 @@ inline constexpr char kCudaLibraryName[] = "libtrainyard_cuda.so";
 inline constexpr char kCudaLibraryEnv[] = "TRAINYARD_CUDA_LIB";
 inline constexpr char kCudaEntryPoint[] = "TyCudaBackend";
 // Bump when Backend or the structs above change.
-inline constexpr int kCudaAbiVersion = 1;
+inline constexpr int kCudaAbiVersion = 2;
 
 // Returns the process-wide backend, or null with `error` set when the versions differ.
 using CudaEntryFn = Backend* (*)(int abi_version, size_t backend_size, std::string* error);

@@ -22,6 +22,7 @@ class CudaBackendImpl final : public Backend {
   Status SetDevice(int device) override;
   Status Malloc(int device, size_t nbytes, void** out) override;
   void Free(int device, void* ptr) override;
+  void SetMemoryReleaser(void (*release)(int device)) override;
   Status HostMalloc(size_t nbytes, void** out) override;
   void HostFree(void* ptr) override;
   Stream ComputeStream(int device) override;

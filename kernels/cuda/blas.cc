@@ -14,11 +14,11 @@
 // Creating descriptors and querying heuristics costs microseconds to milliseconds, so a Plan
 // (matmul descriptor, layouts, the chosen algorithm) is cached per PlanKey: every GemmArgs
 // field except the pointers, alpha and beta (they do not change the algorithm), plus the
-// device and each pointer's alignment (up to 16 bytes; the heuristics choose by it). The
-// bias and aux pointers live in the shared descriptor, so a Plan's mutex is held from setting
-// them to enqueueing the matmul. Workspaces are per (device, stream): two streams on one
-// device must not share scratch memory. Streams are never destroyed (backend.h), so neither
-// are the workspaces.
+// device and each operand's alignment (up to 16 bytes, of every item of a batch; the
+// heuristics choose by it). The bias and aux pointers live in the shared descriptor, so a
+// Plan's mutex is held from setting them to enqueueing the matmul. Workspaces are per
+// (device, stream): two streams on one device must not share scratch memory. Streams are
+// never destroyed (backend.h), so neither are the workspaces.
 //
 // Batched products add the same bias to every item (BIAS_BATCH_STRIDE stays 0); gelu_input is
 // one m x n matrix, so it needs batch == 1 (checked). Where cuBLASLt has no fused kernel (say
@@ -80,6 +80,15 @@ int64_t AlignmentOf(const void* p) {
   return a;
 }
 
+// The alignment every item of a strided batch has: that of the base and of the stride in
+// bytes (an odd stride leaves item 1 less aligned than item 0).
+int64_t AlignmentOf(const void* base, int64_t batch, int64_t stride, ScalarType t) {
+  int64_t a = AlignmentOf(base);
+  const int64_t bytes = stride * ElementSize(t);
+  while (batch > 1 && a > 1 && bytes % a != 0) a /= 2;
+  return a;
+}
+
 std::string Describe(const GemmArgs& g) {
   std::ostringstream os;
   os << "gemm m=" << g.m << " n=" << g.n << " k=" << g.k << " batch=" << g.batch
@@ -136,9 +145,9 @@ PlanKey MakeKey(int device, const GemmArgs& g, const Fused& f) {
           g.batch,
           g.in == ScalarType::kF32 && g.allow_tf32,
           static_cast<int64_t>(f.mode),
-          AlignmentOf(g.a),
-          AlignmentOf(g.b),
-          AlignmentOf(g.c),
+          AlignmentOf(g.a, g.batch, g.stride_a, g.in),
+          AlignmentOf(g.b, g.batch, g.stride_b, g.in),
+          AlignmentOf(g.c, g.batch, g.stride_c, g.out),
           f.bias != nullptr ? AlignmentOf(f.bias) : 0,
           f.aux != nullptr ? AlignmentOf(f.aux) : 0};
 }
@@ -225,9 +234,10 @@ std::unique_ptr<Plan> BuildPlan(cublasLtHandle_t handle, const GemmArgs& g, cons
   const uint64_t ws = kWorkspaceBytes;
   TY_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t align_a = static_cast<uint32_t>(AlignmentOf(g.b));  // cuBLASLt's A is our B
-  const uint32_t align_b = static_cast<uint32_t>(AlignmentOf(g.a));
-  const uint32_t align_c = static_cast<uint32_t>(AlignmentOf(g.c));
+  // cuBLASLt's A is our B; every item of a batch must have the alignment promised.
+  const auto align_a = static_cast<uint32_t>(AlignmentOf(g.b, g.batch, g.stride_b, g.in));
+  const auto align_b = static_cast<uint32_t>(AlignmentOf(g.a, g.batch, g.stride_a, g.in));
+  const auto align_c = static_cast<uint32_t>(AlignmentOf(g.c, g.batch, g.stride_c, g.out));
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
@@ -263,11 +273,7 @@ class LtState {
   void* Workspace(int device, cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(mu_);
     void*& w = workspaces_[{device, stream}];
-    if (w == nullptr) {
-      TY_CHECK(cudaMalloc(&w, kWorkspaceBytes) == cudaSuccess)
-          << "gemm: cannot allocate the " << (kWorkspaceBytes >> 20)
-          << " MiB cuBLASLt workspace on cuda:" << device << " (the device is full)";
-    }
+    if (w == nullptr) w = AllocOrDie("gemm: the cuBLASLt workspace", kWorkspaceBytes);
     return w;
   }
 
@@ -370,17 +376,14 @@ void UnfusedEpilogue(Backend& be, const GemmArgs& g, Stream stream) {
 }
 
 // Enqueues D = C = epilogue(alpha op(A) op(B) + beta C) with the plan's algorithm.
-void RunPlan(Plan& p, const GemmArgs& g, const Fused& f, cublasLtHandle_t handle, void* workspace,
-             cudaStream_t stream) {
+cublasStatus_t RunPlan(Plan& p, const GemmArgs& g, const Fused& f, cublasLtHandle_t handle,
+                       void* workspace, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(p.mu);
   if (f.bias != nullptr) SetDesc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, f.bias);
   if (f.aux != nullptr) SetDesc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, f.aux);
   // Our B is cuBLASLt's A (Note [Row-major GEMM on cuBLASLt]).
-  const cublasStatus_t st =
-      cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.a, g.a, p.b, &g.beta, g.c, p.c, g.c, p.c,
-                     &p.algo, workspace, kWorkspaceBytes, stream);
-  TY_CHECK(st == CUBLAS_STATUS_SUCCESS)
-      << "cublasLtMatmul failed: " << cublasLtGetStatusString(st) << " for " << Describe(g);
+  return cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.a, g.a, p.b, &g.beta, g.c, p.c, g.c, p.c,
+                        &p.algo, workspace, kWorkspaceBytes, stream);
 }
 
 }  // namespace
@@ -411,7 +414,17 @@ void CudaBackendImpl::Gemm(const GemmArgs& args, Stream stream) {
   TY_CHECK(plan != nullptr) << "gemm: cuBLASLt has no algorithm for " << Describe(args);
 
   const cudaStream_t s = AsStream(stream);
-  RunPlan(*plan, args, fused, lt.Handle(device), lt.Workspace(device, s), s);
+  cublasStatus_t st = RunPlan(*plan, args, fused, lt.Handle(device), lt.Workspace(device, s), s);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED && fused.mode != CUBLASLT_EPILOGUE_DEFAULT) {
+    // The fused kernel refused these pointers (say a bias less aligned than it needs): the
+    // plain product, then the epilogue as our kernels.
+    fused = Fused{};
+    plan = lt.GetPlan(device, args, fused);
+    TY_CHECK(plan != nullptr) << "gemm: cuBLASLt has no algorithm for " << Describe(args);
+    st = RunPlan(*plan, args, fused, lt.Handle(device), lt.Workspace(device, s), s);
+  }
+  TY_CHECK(st == CUBLAS_STATUS_SUCCESS)
+      << "cublasLtMatmul failed: " << cublasLtGetStatusString(st) << " for " << Describe(args);
   if (has_epilogue && fused.mode == CUBLASLT_EPILOGUE_DEFAULT) {
     UnfusedEpilogue(*this, args, stream);
   }

@@ -36,17 +36,38 @@ inline unsigned BlocksFor(int64_t n, int threads = 256) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
 }
 
-// count elements of T of stream-ordered scratch (cudaMallocAsync on `stream`); the caller
-// frees it with cudaFreeAsync on the same stream. Aborts naming `name` when the device is full.
+// Makes `device` current for the calling thread and restores the previous one on exit.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    TY_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (device != previous_) TY_CUDA_CHECK(cudaSetDevice(device));
+    device_ = device;
+  }
+  ~DeviceGuard() {
+    if (device_ != previous_) TY_CUDA_CHECK(cudaSetDevice(previous_));
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  int device_ = 0;
+};
+
+// Device memory the library takes for itself, outside the engine's caching allocator: kernels'
+// scratch (stream-ordered, from the device's default pool) and the libraries' workspaces. When
+// the device is full, the engine's cache is given back (Backend::SetMemoryReleaser), the pool
+// trimmed, and the allocation tried once more; then the abort names `what` and the sizes.
+// On the calling thread's current device.
+void* AllocOrDie(const char* what, size_t bytes, cudaStream_t stream);  // cudaMallocAsync
+void* AllocOrDie(const char* what, size_t bytes);                       // cudaMalloc
+
+// count elements of T of stream-ordered scratch on `stream`; the caller frees it with
+// cudaFreeAsync on the same stream.
 template <typename T>
 T* Scratch(const char* name, int64_t count, cudaStream_t stream) {
-  T* p = nullptr;
-  const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-  const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&p), bytes, stream);
-  TY_CHECK(e == cudaSuccess) << name << ": cannot allocate " << bytes
-                             << " bytes of scratch: " << cudaGetErrorString(e) << " ("
-                             << static_cast<int>(e) << ")";
-  return p;
+  return static_cast<T*>(AllocOrDie(name, static_cast<size_t>(count) * sizeof(T), stream));
 }
 
 }  // namespace trainyard::kernels::cuda

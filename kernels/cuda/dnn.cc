@@ -256,7 +256,7 @@ struct DnnDevice {
 
   // At least `bytes` of scratch for `stream` (null for 0). Growing waits for the stream, so
   // work already enqueued there is done with the old buffer before it is freed.
-  void* GetWorkspace(cudaStream_t stream, size_t bytes, int device) {
+  void* GetWorkspace(cudaStream_t stream, size_t bytes) {
     if (bytes == 0) return nullptr;
     Workspace& ws = workspaces[stream];
     if (ws.bytes >= bytes) return ws.ptr;
@@ -266,9 +266,7 @@ struct DnnDevice {
       ws = Workspace{};
     }
     const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
-    TY_CHECK(cudaMalloc(&ws.ptr, rounded) == cudaSuccess)
-        << "conv: cannot allocate a cuDNN workspace of " << (rounded >> 20)
-        << " MiB on cuda:" << device << " (the device is full)";
+    ws.ptr = AllocOrDie("conv: the cuDNN workspace", rounded);
     ws.bytes = rounded;
     return ws.ptr;
   }
@@ -304,7 +302,7 @@ void RunConv(Direction dir, ScalarType type, const ConvDims& d, Stream stream, c
   std::lock_guard<std::mutex> lock(dev.mu);
   const Plan& plan = dev.GetPlan(dir, type, d);
   const cudaStream_t s = AsStream(stream);
-  void* ws = dev.GetWorkspace(s, plan.workspace_bytes, device);
+  void* ws = dev.GetWorkspace(s, plan.workspace_bytes);
   TY_CUDNN_CHECK(cudnnSetStream(dev.handle, s));
   const cudnnStatus_t st = run(dev.handle, plan, ws);
   TY_CHECK(st == CUDNN_STATUS_SUCCESS)

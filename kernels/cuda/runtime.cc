@@ -2,6 +2,7 @@
 // point TyCudaBackend (kernels/cuda/backend.h).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -25,19 +26,17 @@ class Streams {
     return streams_[device];
   }
   static cudaStream_t Create(int device) {
-    int previous = 0;
-    TY_CUDA_CHECK(cudaGetDevice(&previous));
-    TY_CUDA_CHECK(cudaSetDevice(device));
+    DeviceGuard guard(device);
     cudaStream_t s = nullptr;
     TY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     // Kernels' scratch (cudaMallocAsync) comes from the default pool: keep what it has mapped
-    // across synchronisations instead of unmapping it at every sync (threshold 0).
+    // across synchronisations instead of unmapping it at every sync (threshold 0). When the
+    // device is full, ReleaseMemory trims it.
     cudaMemPool_t pool = nullptr;
     if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
       uint64_t keep = UINT64_MAX;
       (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     }
-    TY_CUDA_CHECK(cudaSetDevice(previous));
     return s;
   }
 
@@ -51,7 +50,54 @@ Streams& ComputeStreams() {
   return *s;
 }
 
+std::atomic<void (*)(int)> g_releaser{nullptr};
+
+// Gives memory back to `device` (current on this thread): the engine's cached blocks when
+// `engine_cache`, then whatever the default pool holds unused once the device is idle.
+void ReleaseMemory(int device, bool engine_cache) {
+  (void)cudaGetLastError();  // out of memory is not sticky
+  if (void (*release)(int) = g_releaser.load(); engine_cache && release != nullptr) {
+    release(device);
+  }
+  TY_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    TY_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  }
+}
+
+std::string Full(const char* what, size_t bytes, cudaError_t e) {
+  size_t free_bytes = 0, total = 0;
+  (void)cudaMemGetInfo(&free_bytes, &total);
+  return std::string(what) + ": cannot allocate " + MiB(bytes) + " (" + MiB(free_bytes) +
+         " free of " + MiB(total) + ", after emptying the caches): " + cudaGetErrorString(e);
+}
+
+template <typename F>
+void* AllocRetrying(const char* what, size_t bytes, const F& alloc) {
+  void* p = nullptr;
+  cudaError_t e = alloc(&p);
+  if (e == cudaErrorMemoryAllocation) {
+    int device = 0;
+    TY_CUDA_CHECK(cudaGetDevice(&device));
+    ReleaseMemory(device, /*engine_cache=*/true);
+    e = alloc(&p);
+  }
+  TY_CHECK(e == cudaSuccess) << Full(what, bytes, e);
+  return p;
+}
+
 }  // namespace
+
+void* AllocOrDie(const char* what, size_t bytes, cudaStream_t stream) {
+  return AllocRetrying(what, bytes, [&](void** p) { return cudaMallocAsync(p, bytes, stream); });
+}
+
+void* AllocOrDie(const char* what, size_t bytes) {
+  return AllocRetrying(what, bytes, [&](void** p) { return cudaMalloc(p, bytes); });
+}
+
+void CudaBackendImpl::SetMemoryReleaser(void (*release)(int device)) { g_releaser = release; }
 
 int CudaBackendImpl::DeviceCount() {
   int count = 0;
@@ -86,11 +132,17 @@ Status CudaBackendImpl::SetDevice(int device) {
                                  " devices visible)");
 }
 
+// The caching allocator empties its own cache and asks again; what the default pool keeps of
+// the kernels' scratch is given back here first.
 Status CudaBackendImpl::Malloc(int device, size_t nbytes, void** out) {
-  TY_CUDA_CHECK(cudaSetDevice(device));
-  const cudaError_t e = cudaMalloc(out, nbytes);
+  DeviceGuard guard(device);
+  cudaError_t e = cudaMalloc(out, nbytes);
+  if (e == cudaErrorMemoryAllocation) {
+    ReleaseMemory(device, /*engine_cache=*/false);
+    e = cudaMalloc(out, nbytes);
+  }
   if (e == cudaSuccess) return OkStatus();
-  (void)cudaGetLastError();  // out of memory is not sticky
+  (void)cudaGetLastError();
   size_t free_bytes = 0, total = 0;
   (void)cudaMemGetInfo(&free_bytes, &total);
   return ResourceExhaustedError("cuda:" + std::to_string(device) + ": cannot allocate " +
@@ -99,7 +151,7 @@ Status CudaBackendImpl::Malloc(int device, size_t nbytes, void** out) {
 }
 
 void CudaBackendImpl::Free(int device, void* ptr) {
-  TY_CUDA_CHECK(cudaSetDevice(device));
+  DeviceGuard guard(device);
   TY_CUDA_CHECK(cudaFree(ptr));
 }
 
@@ -127,12 +179,9 @@ void CudaBackendImpl::StreamSynchronize(Stream stream) {
 }
 
 Event CudaBackendImpl::CreateEvent(int device) {
-  int previous = 0;
-  TY_CUDA_CHECK(cudaGetDevice(&previous));
-  TY_CUDA_CHECK(cudaSetDevice(device));
+  DeviceGuard guard(device);
   cudaEvent_t e = nullptr;
   TY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  TY_CUDA_CHECK(cudaSetDevice(previous));
   return e;
 }
 

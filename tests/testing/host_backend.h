@@ -60,6 +60,8 @@ class HostBackend final : public kernels::cuda::Backend {
   Status SetDevice(int device) override;
   Status Malloc(int device, size_t nbytes, void** out) override;
   void Free(int device, void* ptr) override;
+  // Scratch and workspaces of the real library are host memory here: nothing to release.
+  void SetMemoryReleaser(void (*)(int)) override {}
   Status HostMalloc(size_t nbytes, void** out) override;
   void HostFree(void* ptr) override;
   Stream ComputeStream(int device) override;

@@ -41,6 +41,17 @@ State& GetState() {
   return *s;
 }
 
+// The backend's memory releaser: the device's cached tensor blocks go back to the device.
+void EmptyCachedBlocks(int device) {
+  State& s = GetState();
+  DeviceCachingAllocator* a = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (device >= 0 && device < static_cast<int>(s.allocators.size())) a = s.allocators[device];
+  }
+  if (a != nullptr) a->EmptyCache();
+}
+
 StatusOr<cuda::Backend*> LoadLibrary() {
   const LibrarySpec spec{cuda::kCudaLibraryName,
                          cuda::kCudaLibraryEnv,
@@ -53,6 +64,7 @@ StatusOr<cuda::Backend*> LoadLibrary() {
   cuda::Backend* b = reinterpret_cast<cuda::CudaEntryFn>(symbol)(cuda::kCudaAbiVersion,
                                                                  sizeof(cuda::Backend), &error);
   if (b == nullptr) return FailedPreconditionError("the CUDA backend: " + error);
+  b->SetMemoryReleaser(&EmptyCachedBlocks);
   return b;
 }
 
