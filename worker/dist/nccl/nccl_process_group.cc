@@ -329,16 +329,17 @@ std::shared_ptr<Work> NcclProcessGroup::Enqueue(const std::string& what, const s
                                                 int64_t bytes, const Status& error, Launch launch,
                                                 std::vector<std::shared_ptr<const void>> owners) {
   const std::string suffix = detail.empty() ? "" : " (" + detail + ")";
-  if (!error.ok()) {
+  StatusOr<CUevent_st*> ready = error.ok() ? ReadyEvent() : StatusOr<CUevent_st*>(error);
+  if (!ready.ok()) {
     auto work = std::make_shared<Work>(what + suffix);
-    work->Finish(error);
+    work->Finish(ready.status());
     return work;
   }
   std::lock_guard<std::mutex> lock(mu_);
   NoteIssued(next_seq_);
   auto work = std::make_shared<Work>(what + " #" + std::to_string(next_seq_++) + suffix);
   work->set_bytes(bytes);
-  queued_.push_back(Op{work, std::move(launch), std::move(owners), nullptr, {}, ReadyEvent()});
+  queued_.push_back(Op{work, std::move(launch), std::move(owners), nullptr, {}, *ready});
   cv_.notify_all();
   return work;
 }
@@ -364,20 +365,29 @@ void NcclProcessGroup::Loop() {
   Drain();
 }
 
-// An event recorded now on the compute stream of the group's device, or null without the CUDA
-// backend (Note [NCCL streams and completion]).
-CUevent_st* NcclProcessGroup::ReadyEvent() const {
-  StatusOr<kernels::cuda::Backend*> backend = LoadCudaBackend();
-  if (!backend.ok()) return nullptr;
+// An event recorded now on the compute stream of the group's device (Note [NCCL streams and
+// completion]). Without it the all-reduce could read gradients backward is still writing, so a
+// failure fails the collective.
+StatusOr<CUevent_st*> NcclProcessGroup::ReadyEvent() const {
+  ASSIGN_OR_RETURN(kernels::cuda::Backend * backend, LoadCudaBackend());
+  DeviceGuard guard(device_);
   cudaEvent_t ev = nullptr;
-  if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return nullptr;
-  cudaEventRecord(ev, static_cast<cudaStream_t>((*backend)->ComputeStream(device_)));
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e == cudaSuccess) {
+    e = cudaEventRecord(ev, static_cast<cudaStream_t>(backend->ComputeStream(device_)));
+    if (e != cudaSuccess) cudaEventDestroy(ev);
+  }
+  if (e != cudaSuccess) {
+    return InternalError("cannot order the collective after the compute stream of cuda:" +
+                         std::to_string(device_) + ": " + cudaGetErrorString(e));
+  }
   return ev;
 }
 
 void NcclProcessGroup::LaunchOp(Op op) {
+  cudaError_t waited = cudaSuccess;
   if (op.ready != nullptr) {
-    cudaStreamWaitEvent(stream_, op.ready, 0);
+    waited = cudaStreamWaitEvent(stream_, op.ready, 0);
     cudaEventDestroy(op.ready);  // the wait is queued; the event may go
     op.ready = nullptr;
   }
@@ -386,6 +396,13 @@ void NcclProcessGroup::LaunchOp(Op op) {
         AbortedError(op.work->name() +
                      ": not run: the group is broken by an earlier failure: " + broken_.message()));
     return;
+  }
+  if (waited != cudaSuccess) {  // not run: it could read gradients still being written
+    in_flight_.push_back(std::move(op));
+    return Break(&in_flight_.back(),
+                 InternalError(in_flight_.back().work->name() +
+                               ": cannot wait for the compute stream: " +
+                               cudaGetErrorString(waited)));
   }
   op.work->MarkStarted();
   if (in_flight_.empty()) op.since = Clock::now();

@@ -99,7 +99,7 @@ class NcclProcessGroup final : public ProcessGroup {
   };
 
   NcclProcessGroup(int rank, int size, ProcessGroupOptions options, int device);
-  CUevent_st* ReadyEvent() const;
+  StatusOr<CUevent_st*> ReadyEvent() const;
   // Creates the stream, the barrier's scratch word and the communicator, then starts the thread.
   Status Init(const std::string& unique_id);
   Status InitComm(const std::string& unique_id);
