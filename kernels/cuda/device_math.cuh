@@ -1,10 +1,10 @@
 // Math shared by the library's kernels, as overloads on the compute type (Acc<T> of
 // convert.cuh), so templates over it pick the f32 or the f64 version by argument type.
 //   f32: exp, tanh and erf are ports of kernels/cpu/simd.h (FastExp, FastTanh, FastErf), so
-//        that CUDA and CPU agree to an ulp or two (fast-math's __expf loses ulps away from 0);
-//        sqrt and division are IEEE-rounded (__fsqrt_rn, __fdiv_rn) despite --use_fast_math;
-//        log and pow go through f64 (fast-math's __logf has an absolute error, bad for a loss
-//        near 0, and __powf is NaN for a negative base).
+//        that CUDA and CPU agree to an ulp or two (__expf loses ulps away from 0); sqrt and
+//        division are IEEE-rounded (__fsqrt_rn, __fdiv_rn); log and pow go through f64
+//        (__logf has an absolute error, bad for a loss near 0, and __powf is NaN for a
+//        negative base). The library builds without --use_fast_math, so subnormals stay.
 //   f64: CUDA's accurate functions.
 // Also the integer helpers CeilDiv (host) and Min64 (device) for launch sizes and indices.
 #pragma once

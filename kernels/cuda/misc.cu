@@ -5,8 +5,8 @@
 // Random fills reimplement Philox4x32-10 (kernels/cpu/philox.h) with the CPU's counter layout,
 // so f32 uniform and Bernoulli draws equal the CPU's bit for bit (f64 uniform too); normal
 // draws go through CUDA's double log/sin/cos and agree to rounding. AdamMulti rounds each
-// operation as AdamUpdate<float> does (IEEE intrinsics, FMAs exactly where the CPU has them),
-// so it is bit-exact despite --use_fast_math. Pooling backward gathers (each input pixel sums
+// operation as AdamUpdate<float> does (IEEE intrinsics, FMAs exactly where the CPU has them,
+// subnormals kept: no flush to zero), so it is bit-exact. Pooling backward gathers (each input pixel sums
 // the outputs whose windows hold it, in the CPU's order of additions) instead of scattering
 // with atomics: deterministic, and bit-exact with the CPU for f32. Only IndexAddRows uses
 // atomics (the order of additions is not fixed, as backend.h says).
@@ -112,7 +112,8 @@ struct alignas(4 * sizeof(T)) Quad {
   T v[4];
 };
 
-// lo + (hi - lo) u, rounded as the CPU's FillUniform<T> (T's hi - lo, then double), kept < hi.
+// lo + (hi - lo) u, rounded as the CPU's FillUniform<T> (T's hi - lo, then double), kept < hi
+// in T (in f32 for bf16/f16).
 template <typename T>
 struct UniformFn {
   double lo, hi;  // already rounded to T (to f32 for bf16/f16)
@@ -124,11 +125,12 @@ struct UniformFn {
         const double v = __dadd_rn(lo, __dmul_rn(__dsub_rn(hi, lo), u));
         q->v[j] = v < hi ? v : lo;
       } else {
+        // Drawn and kept < hi in f32, then rounded to T, as the CPU draws bf16/f16 (in f32,
+        // then converted): the rounding may reach hi, on both.
         const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
         const double range = static_cast<double>(__fsub_rn(fhi, flo));
-        const T v =
-            FromFloat<T>(__double2float_rn(__dadd_rn(lo, __dmul_rn(range, UnitFloat(r.v[j])))));
-        q->v[j] = Load(&v) < fhi ? v : FromFloat<T>(flo);
+        const float v = __double2float_rn(__dadd_rn(lo, __dmul_rn(range, UnitFloat(r.v[j]))));
+        q->v[j] = FromFloat<T>(v < fhi ? v : flo);
       }
     }
   }
@@ -750,6 +752,9 @@ void CudaBackendImpl::AdaptiveAvgPool2dBackward(ScalarType type, const Pool2dSha
 void CudaBackendImpl::BatchNormStats(const float* x, float* mean, float* var, int64_t outer,
                                      int64_t c, int64_t inner, Stream stream) {
   if (c <= 0) return;
+  // ChannelSums divides by inner; the op layer refuses statistics over no values.
+  TY_CHECK(outer > 0 && inner > 0) << "batch_norm: statistics over " << outer << " x " << inner
+                                   << " values per channel";
   const cudaStream_t st = AsStream(stream);
   ChannelSums(x, nullptr, x, nullptr, mean, nullptr, outer, c, inner, true, st);
   // A second pass about the mean (more accurate than E[x^2] - E[x]^2), as on the CPU.
@@ -774,6 +779,8 @@ void CudaBackendImpl::BatchNormBackward(const float* x, const float* gy, const f
                                         float* gweight, float* gbias, int64_t outer, int64_t c,
                                         int64_t inner, bool training, Stream stream) {
   if (c <= 0) return;
+  TY_CHECK(outer > 0 && inner > 0) << "batch_norm backward: over " << outer << " x " << inner
+                                   << " values per channel";
   const cudaStream_t st = AsStream(stream);
   float* scratch = Scratch<float>("batch_norm backward", 5 * c, st);  // sum_g, sum_gd, kg, kx, k0
   float *sum_g = scratch, *sum_gd = scratch + c, *kg = scratch + 2 * c;
