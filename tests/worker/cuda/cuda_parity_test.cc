@@ -96,6 +96,10 @@ TEST_P(CudaParityOpTest, MatchesTheCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaParityOpTest, ::testing::ValuesIn(AllOpParams()), ParamName);
 
+TEST_F(CudaParityTest, GemmBiasAndGeluEpiloguesMatchTheCpu) {
+  EXPECT_EQ(CompareGemmEpilogues(kCuda), "");
+}
+
 TEST_F(CudaParityTest, DeviceReportsItsProperties) {
   cuda::DeviceProperties props;
   ASSERT_TRUE(CudaBackend().Properties(0, &props).ok());

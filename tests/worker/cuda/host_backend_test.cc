@@ -235,6 +235,11 @@ TEST_F(HostBackendTest, LinearAddsTheBiasInTheGemmEpilogue) {
   EXPECT_EQ(ToVector<float>(y), std::vector<float>(20, 3.5));
 }
 
+TEST_F(HostBackendTest, GemmBiasAndGeluEpiloguesMatchTheCpu) {
+  EXPECT_EQ(CompareGemmEpilogues(kCuda), "");
+  EXPECT_EQ(backend_.launches("Gemm"), 12);
+}
+
 TEST_F(HostBackendTest, AttentionWithoutAMaskRunsTheFusedKernelAndWithAMaskComposes) {
   auto opts = Options(DType::kFloat32).set_device(kCuda);
   Tensor q = Ones({2, 5, 8}, opts);

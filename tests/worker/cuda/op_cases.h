@@ -87,6 +87,12 @@ std::string CompareResults(const CaseResult& got, const CaseResult& want, double
 // Returns the loss of each step ("loss<i>", 0-dim) and the trained parameters, on the CPU.
 CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed);
 
+// The backend's GEMM epilogues (GemmEpilogue: bias; tanh GELU, with and without the
+// pre-activation saved) on `device` against matmul, add and gelu on the CPU, in f32 and bf16,
+// for an n that cuBLASLt fuses (40) and one it cannot (37: AUX_LD must be a multiple of 8).
+// "" when all agree, else the mismatches.
+std::string CompareGemmEpilogues(Device device);
+
 namespace internal {
 // The table's parts: op_cases.cc (elementwise to dropout), op_cases_nn.cc (matmul to optim).
 void AddTensorCases(std::vector<OpCase>* cases);

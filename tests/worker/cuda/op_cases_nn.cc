@@ -7,6 +7,7 @@
 #include "worker/autograd/engine.h"
 #include "worker/nn/gpt.h"
 #include "worker/nn/norm.h"
+#include "worker/ops/activation.h"
 #include "worker/ops/attention.h"
 #include "worker/ops/conv.h"
 #include "worker/ops/elementwise.h"
@@ -18,6 +19,7 @@
 #include "worker/optim/adam.h"
 #include "worker/optim/clip_grad.h"
 #include "worker/optim/sgd.h"
+#include "worker/tensor/cuda_backend.h"
 
 namespace trainyard::testing {
 namespace internal {
@@ -111,9 +113,9 @@ void AddAttention(std::vector<OpCase>* v) {
                                }));
   // Head sizes 64 and 128 take the tensor-core kernels on CUDA for bf16/f16 (attention_tc.cu):
   // sizes that are not multiples of its 64-row tiles, causal with l != s.
-  v->push_back(ForwardBackward("sdpa_fused_head64", true,
-                               {{1, 2, 70, 64}, {1, 2, 130, 64}, {1, 2, 130, 64}},
-                               [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2]); }));
+  v->push_back(
+      ForwardBackward("sdpa_fused_head64", true, {{1, 2, 70, 64}, {1, 2, 130, 64}, {1, 2, 130, 64}},
+                      [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2]); }));
   v->push_back(ForwardBackward(
       "sdpa_fused_causal_head128", true, {{1, 2, 65, 128}, {1, 2, 65, 128}, {1, 2, 65, 128}},
       [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2], true); }));
@@ -249,6 +251,55 @@ CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed)
   for (const auto& [name, p] : model->NamedParameters())
     result.emplace_back(name, CopyToDevice(p.detach(), Device::Cpu()));
   return result;
+}
+
+std::string CompareGemmEpilogues(Device device) {
+  std::string problems;
+  const int64_t m = 29, k = 51;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int64_t n : {40, 37}) {
+      for (int mode = 0; mode < 3; ++mode) {  // bias; bias + gelu; bias + gelu + saved input
+        Generator gen(77 + n + mode);
+        auto draw = [&](const Shape& shape) {
+          return ConvertTo(Uniform(shape, -1, 1, Options(DType::kFloat32), &gen), dtype);
+        };
+        const Tensor a = draw({m, k}), b = draw({k, n}), bias = draw({n});
+        const Tensor pre =
+            ops::Add(ops::Matmul(ConvertTo(a, DType::kFloat32), ConvertTo(b, DType::kFloat32)),
+                     ConvertTo(bias, DType::kFloat32));
+        const Tensor da = CopyToDevice(a, device), db = CopyToDevice(b, device),
+                     dbias = CopyToDevice(bias, device);
+        const Tensor dc = Empty({m, n}, Options(dtype).set_device(device));
+        const Tensor daux = Empty({m, n}, Options(dtype).set_device(device));
+        cuda::GemmArgs g;
+        g.in = g.out = ToScalarType(dtype);
+        g.m = m, g.n = n, g.k = k;
+        g.a = da.raw_data(), g.lda = k;
+        g.b = db.raw_data(), g.ldb = n;
+        g.c = dc.raw_data(), g.ldc = n;
+        g.epilogue.bias = dbias.raw_data();
+        g.epilogue.gelu = mode > 0;
+        g.epilogue.gelu_input = mode == 2 ? daux.raw_data() : nullptr;
+        CudaBackend().Gemm(g, ComputeStream(device));
+        auto host = [](const Tensor& t) {
+          return ConvertTo(CopyToDevice(t, Device::Cpu()), DType::kFloat32);
+        };
+        CaseResult got = {{"out", host(dc)}};
+        CaseResult want = {{"out", mode == 0 ? pre : ops::Gelu(pre, "tanh")}};
+        if (mode == 2) {
+          got.push_back({"pre", host(daux)});
+          want.push_back({"pre", pre});
+        }
+        // TF32 keeps 10 mantissa bits, bf16 storage 8.
+        const std::string diff = CompareResults(got, want, dtype == DType::kFloat32 ? 2e-3 : 2e-2);
+        if (!diff.empty()) {
+          problems += std::string(DTypeName(dtype)) + " n " + std::to_string(n) + " mode " +
+                      std::to_string(mode) + ": " + diff + "\n";
+        }
+      }
+    }
+  }
+  return problems;
 }
 
 }  // namespace trainyard::testing
