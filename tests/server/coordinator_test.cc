@@ -398,19 +398,28 @@ trainyard::v1::MetricsReport Step(const std::string& job_id, int rank, int64_t s
   return r;
 }
 
-TEST_F(CoordinatorTest, RankComputingThreeTimesLongerIsFlaggedAsAStraggler) {
-  const std::string spec =
-      R"({"name":"t","model":{"mlp":{"sizes":[4,3]}},"data":{"csv":{"path":"x.csv"}},)"
-      R"("optimizer":{"sgd":{}},"steps":10,"parallelism":{"world_size":2},)"
-      R"("fault_tolerance":{"straggler_window_steps":3}})";
-  const std::string id = StartJob(true, spec);
-  // Rank 1 computes for 0.3 s a step; rank 0 computes for 0.1 s and then waits 0.2 s for
-  // rank 1's gradients.
-  for (int64_t step = 1; step <= 3; ++step) {
-    ASSERT_TRUE(c().ReportMetrics(Step(id, 0, step, 0.1, 0.2)).ok());
-    ASSERT_TRUE(c().ReportMetrics(Step(id, 1, step, 0.3, 0.0)).ok());
+class StragglerTest : public CoordinatorTest {
+ protected:
+  // A running job of two ranks (straggler window 3 steps) whose rank 1 computes for 0.3 s a
+  // step while rank 0 computes for 0.1 s and then waits 0.2 s for rank 1's gradients, for
+  // steps 1 to 3; then a tick.
+  std::string StartJobWithASlowRank() {
+    const std::string spec =
+        R"({"name":"t","model":{"mlp":{"sizes":[4,3]}},"data":{"csv":{"path":"x.csv"}},)"
+        R"("optimizer":{"sgd":{}},"steps":10,"parallelism":{"world_size":2},)"
+        R"("fault_tolerance":{"straggler_window_steps":3}})";
+    const std::string id = StartJob(true, spec);
+    for (int64_t step = 1; step <= 3; ++step) {
+      EXPECT_TRUE(c().ReportMetrics(Step(id, 0, step, 0.1, 0.2)).ok());
+      EXPECT_TRUE(c().ReportMetrics(Step(id, 1, step, 0.3, 0.0)).ok());
+    }
+    c().Tick();
+    return id;
   }
-  c().Tick();
+};
+
+TEST_F(StragglerTest, RankComputingThreeTimesLongerIsFlaggedAsAStraggler) {
+  const std::string id = StartJobWithASlowRank();
   trainyard::v1::Job job = Get(id);
   EXPECT_EQ(job.state(), trainyard::v1::RUNNING);
   EXPECT_THAT(job.stragglers(), ElementsAre(1));
@@ -435,17 +444,8 @@ TEST_F(CoordinatorTest, RankComputingThreeTimesLongerIsFlaggedAsAStraggler) {
 
 // The straggler gauge (alerted on) counts flagged ranks of a running job only: a job that ended
 // with a rank flagged has none.
-TEST_F(CoordinatorTest, AJobThatEndedHasNoStragglersInTheSnapshot) {
-  const std::string spec =
-      R"({"name":"t","model":{"mlp":{"sizes":[4,3]}},"data":{"csv":{"path":"x.csv"}},)"
-      R"("optimizer":{"sgd":{}},"steps":10,"parallelism":{"world_size":2},)"
-      R"("fault_tolerance":{"straggler_window_steps":3}})";
-  const std::string id = StartJob(true, spec);
-  for (int64_t step = 1; step <= 3; ++step) {
-    ASSERT_TRUE(c().ReportMetrics(Step(id, 0, step, 0.1, 0.2)).ok());
-    ASSERT_TRUE(c().ReportMetrics(Step(id, 1, step, 0.3, 0.0)).ok());
-  }
-  c().Tick();
+TEST_F(StragglerTest, AJobThatEndedHasNoStragglersInTheSnapshot) {
+  const std::string id = StartJobWithASlowRank();
   auto stragglers = [&] {
     for (const auto& g : c().GetSnapshot().jobs)
       if (g.id == id) return g.stragglers;
