@@ -269,12 +269,19 @@ class LtState {
     return h;
   }
 
-  // 32 MiB on the current device (the stream's), allocated on first use.
+  // 32 MiB on the current device (the stream's), allocated on first use; outside mu_, since
+  // a full device makes the allocation wait for the device (AllocOrDie).
   void* Workspace(int device, cudaStream_t stream) {
+    const std::pair<int, cudaStream_t> key{device, stream};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = workspaces_.find(key); it != workspaces_.end()) return it->second;
+    }
+    void* w = AllocOrDie("gemm: the cuBLASLt workspace", kWorkspaceBytes);
     std::lock_guard<std::mutex> lock(mu_);
-    void*& w = workspaces_[{device, stream}];
-    if (w == nullptr) w = AllocOrDie("gemm: the cuBLASLt workspace", kWorkspaceBytes);
-    return w;
+    auto [it, inserted] = workspaces_.emplace(key, w);
+    if (!inserted) TY_CUDA_CHECK(cudaFree(w));  // another thread's came first
+    return it->second;
   }
 
   // The cached plan for (device, g, f), built on first use; null when cuBLASLt has no

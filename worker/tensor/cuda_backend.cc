@@ -64,7 +64,6 @@ StatusOr<cuda::Backend*> LoadLibrary() {
   cuda::Backend* b = reinterpret_cast<cuda::CudaEntryFn>(symbol)(cuda::kCudaAbiVersion,
                                                                  sizeof(cuda::Backend), &error);
   if (b == nullptr) return FailedPreconditionError("the CUDA backend: " + error);
-  b->SetMemoryReleaser(&EmptyCachedBlocks);
   return b;
 }
 
@@ -97,6 +96,9 @@ DeviceCachingAllocator& CudaAllocator(int device) {
     s.runtimes.resize(device + 1);
   }
   if (s.allocators[device] == nullptr) {
+    // Here, not at load: libtrainyard_nccl.so loads the backend through its own hidden copy of
+    // this file, whose releaser would find no allocators (Note [Engine code in the library]).
+    b.SetMemoryReleaser(&EmptyCachedBlocks);
     s.runtimes[device] = std::make_unique<BackendRuntime>(&b, device);
     s.allocators[device] =
         new DeviceCachingAllocator(s.runtimes[device].get(), "cuda:" + std::to_string(device));

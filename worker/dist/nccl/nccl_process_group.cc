@@ -329,17 +329,20 @@ std::shared_ptr<Work> NcclProcessGroup::Enqueue(const std::string& what, const s
                                                 int64_t bytes, const Status& error, Launch launch,
                                                 std::vector<std::shared_ptr<const void>> owners) {
   const std::string suffix = detail.empty() ? "" : " (" + detail + ")";
-  StatusOr<CUevent_st*> ready = error.ok() ? ReadyEvent() : StatusOr<CUevent_st*>(error);
-  if (!ready.ok()) {
+  if (!error.ok()) {
     auto work = std::make_shared<Work>(what + suffix);
-    work->Finish(ready.status());
+    work->Finish(error);
     return work;
   }
+  // A failure here still takes its sequence number, and breaks the group when its turn comes
+  // (LaunchOp), so that the peers' collectives never pair with this rank's next one.
+  StatusOr<CUevent_st*> ready = ReadyEvent();
   std::lock_guard<std::mutex> lock(mu_);
   NoteIssued(next_seq_);
   auto work = std::make_shared<Work>(what + " #" + std::to_string(next_seq_++) + suffix);
   work->set_bytes(bytes);
-  queued_.push_back(Op{work, std::move(launch), std::move(owners), nullptr, {}, *ready});
+  queued_.push_back(Op{work, std::move(launch), std::move(owners), nullptr, {},
+                       ready.ok() ? *ready : nullptr, ready.status()});
   cv_.notify_all();
   return work;
 }
@@ -365,11 +368,13 @@ void NcclProcessGroup::Loop() {
   Drain();
 }
 
-// An event recorded now on the compute stream of the group's device (Note [NCCL streams and
-// completion]). Without it the all-reduce could read gradients backward is still writing, so a
-// failure fails the collective.
+// An event recorded now on the compute stream of the group's device, or null without the CUDA
+// backend (Note [NCCL streams and completion]). With the backend, the all-reduce could read
+// gradients backward is still writing without it, so a failure fails the collective.
 StatusOr<CUevent_st*> NcclProcessGroup::ReadyEvent() const {
-  ASSIGN_OR_RETURN(kernels::cuda::Backend * backend, LoadCudaBackend());
+  StatusOr<kernels::cuda::Backend*> loaded = LoadCudaBackend();
+  if (!loaded.ok()) return nullptr;
+  kernels::cuda::Backend* backend = *loaded;
   DeviceGuard guard(device_);
   cudaEvent_t ev = nullptr;
   cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -397,12 +402,14 @@ void NcclProcessGroup::LaunchOp(Op op) {
                      ": not run: the group is broken by an earlier failure: " + broken_.message()));
     return;
   }
-  if (waited != cudaSuccess) {  // not run: it could read gradients still being written
+  if (!op.ready_error.ok() || waited != cudaSuccess) {  // not run: its inputs may not be ready
+    const Status error = InternalError(
+        op.work->name() + ": " +
+        (op.ready_error.ok() ? "cannot wait for the compute stream: " +
+                                   std::string(cudaGetErrorString(waited))
+                             : op.ready_error.message()));
     in_flight_.push_back(std::move(op));
-    return Break(&in_flight_.back(),
-                 InternalError(in_flight_.back().work->name() +
-                               ": cannot wait for the compute stream: " +
-                               cudaGetErrorString(waited)));
+    return Break(&in_flight_.back(), error);
   }
   op.work->MarkStarted();
   if (in_flight_.empty()) op.since = Clock::now();

@@ -96,6 +96,7 @@ class NcclProcessGroup final : public ProcessGroup {
     CUevent_st* event = nullptr;                      // recorded on the stream after the call
     Clock::time_point since;                          // when it became the oldest op in flight
     CUevent_st* ready = nullptr;  // on the compute stream: inputs produced (Note [NCCL streams])
+    Status ready_error;           // ReadyEvent failed: the op breaks the group instead of running
   };
 
   NcclProcessGroup(int rank, int size, ProcessGroupOptions options, int device);
