@@ -206,6 +206,10 @@ MONITORS = {
 }
 
 
+# The scrape job names deploy/monitoring/alerts.yml and the dashboard select by.
+SCRAPE_JOBS = {"trainyard-coordinator", "trainyard-worker"}
+
+
 def unknown(where, obj, allowed):
     for key in sorted(set(obj) - allowed):
         problem(where, f"{key} is no field here (allowed: {', '.join(sorted(allowed))})")
@@ -248,6 +252,9 @@ def check_monitors(paths):
         for labels, _ in selected:
             if job_label and job_label not in labels:
                 problem(where, f"jobLabel {job_label} is not a label of what it selects ({labels})")
+            elif job_label and labels[job_label] not in SCRAPE_JOBS:
+                problem(where, f"jobLabel {job_label} makes the scrape job {labels[job_label]}; "
+                        f"the alert rules and the dashboard expect one of {sorted(SCRAPE_JOBS)}")
         endpoints = spec.get(list_key, [])
         if not endpoints:
             problem(where, f"spec.{list_key} is empty")

@@ -88,7 +88,10 @@ class Daemon {
     const auto ports = exposer_->GetListeningPorts();
     // What others can scrape: a wildcard bind (0.0.0.0, [::], or no host) is reached at --host.
     std::string bind_host = o_.metrics_listen.substr(0, o_.metrics_listen.rfind(':'));
-    if (bind_host.empty() || bind_host == "0.0.0.0" || bind_host == "[::]") bind_host = o_.host;
+    if (bind_host.empty() || bind_host == "0.0.0.0" || bind_host == "[::]") {
+      const bool ipv6 = o_.host.find(':') != std::string::npos && o_.host.front() != '[';
+      bind_host = ipv6 ? "[" + o_.host + "]" : o_.host;
+    }
     metrics_address_ = bind_host + ":" + std::to_string(ports.empty() ? 0 : ports[0]);
     StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::MakeChannel(o_.coordinator, o_.channel);
     if (!channel.ok()) {
