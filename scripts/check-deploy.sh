@@ -6,7 +6,8 @@
 # ConfigMap keys, $(VAR)s, ports, selectors and files each pod refers to; the Prometheus
 # Operator's ServiceMonitor and PodMonitor against the cpu overlay), and checks the manifests
 # and Dockerfiles against the binaries in BIN_DIR (every container flag is one its binary
-# takes; each runtime stage has the Debian packages of the libraries its binary links). ctest runs it as deploy_manifests (tests/CMakeLists.txt).
+# takes; each runtime stage has the Debian packages of the libraries its binary links). ctest
+# runs it as deploy_manifests (tests/CMakeLists.txt).
 #
 #   scripts/check-deploy.sh [BIN_DIR]     # BIN_DIR default build/bin
 #

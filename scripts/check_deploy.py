@@ -37,6 +37,11 @@ def problem(where, what):
     problems.append(f"{where}: {what}")
 
 
+def load(paths):
+    """Every object of the YAML files `paths`, in order."""
+    return [o for p in paths for o in yaml.safe_load_all(open(p)) if o]
+
+
 def pod_spec(obj):
     spec = obj["spec"]["template"]
     return spec.get("metadata", {}).get("labels", {}), spec["spec"]
@@ -117,7 +122,7 @@ def check_container(where, c, volumes, configmaps, configmap_data, secrets):
 
 
 def check_refs(paths):
-    objs = [o for p in paths for o in yaml.safe_load_all(open(p)) if o]
+    objs = load(paths)
     by_kind = {}
     for o in objs:
         by_kind.setdefault(o["kind"], {})[o["metadata"]["name"]] = o
@@ -192,17 +197,16 @@ ENDPOINT_FIELDS = {"port", "targetPort", "path", "scheme", "params", "interval",
                    "honorTimestamps", "trackTimestampsStaleness", "basicAuth", "oauth2",
                    "metricRelabelings", "relabelings", "proxyUrl", "followRedirects",
                    "enableHttp2", "filterRunning"}
+SPEC_FIELDS = {"jobLabel", "podTargetLabels", "selector", "namespaceSelector", "sampleLimit",
+               "targetLimit", "labelLimit", "labelNameLengthLimit", "labelValueLengthLimit",
+               "keepDroppedTargets", "attachMetadata", "scrapeClass", "scrapeProtocols",
+               "bodySizeLimit"}
+# kind -> (its list of endpoints, an endpoint's fields, its spec's fields)
 MONITORS = {
     "ServiceMonitor": ("endpoints", ENDPOINT_FIELDS | {"bearerTokenFile"},
-                       {"jobLabel", "targetLabels", "podTargetLabels", "endpoints", "selector",
-                        "namespaceSelector", "sampleLimit", "targetLimit", "labelLimit",
-                        "labelNameLengthLimit", "labelValueLengthLimit", "keepDroppedTargets",
-                        "attachMetadata", "scrapeClass", "scrapeProtocols", "bodySizeLimit"}),
+                       SPEC_FIELDS | {"endpoints", "targetLabels"}),
     "PodMonitor": ("podMetricsEndpoints", ENDPOINT_FIELDS | {"portNumber"},
-                   {"jobLabel", "podTargetLabels", "podMetricsEndpoints", "selector",
-                    "namespaceSelector", "sampleLimit", "targetLimit", "labelLimit",
-                    "labelNameLengthLimit", "labelValueLengthLimit", "keepDroppedTargets",
-                    "attachMetadata", "scrapeClass", "scrapeProtocols", "bodySizeLimit"}),
+                   SPEC_FIELDS | {"podMetricsEndpoints"}),
 }
 
 
@@ -217,7 +221,7 @@ def unknown(where, obj, allowed):
 
 def check_monitors(paths):
     """ServiceMonitors and PodMonitors in `paths` against the deployment objects beside them."""
-    objs = [o for p in paths for o in yaml.safe_load_all(open(p)) if o]
+    objs = load(paths)
     services = [o for o in objs if o["kind"] == "Service"]
     pods = [(o["metadata"].get("namespace"), *pod_spec(o)) for o in objs if o["kind"] in POD_KINDS]
     checked = 0
@@ -290,7 +294,7 @@ def help_flags(bin_dir, binary, command):
 
 def check_flags(bin_dir, paths):
     """Every --flag a container of `paths` passes is one its binary accepts."""
-    objs = [o for p in paths for o in yaml.safe_load_all(open(p)) if o]
+    objs = load(paths)
     checked = 0
     for o in objs:
         if o["kind"] not in POD_KINDS:

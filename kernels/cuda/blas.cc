@@ -408,25 +408,20 @@ void CudaBackendImpl::Gemm(const GemmArgs& args, Stream stream) {
   TY_CUDA_CHECK(cudaGetDevice(&device));
   LtState& lt = Lt();
 
-  // The fused epilogue where cuBLASLt has one (AUX_LD must be a multiple of 8), else none.
-  Fused fused = FusedEpilogue(args);
-  std::shared_ptr<Plan> plan;
-  if (fused.mode != CUBLASLT_EPILOGUE_DEFAULT && (fused.aux == nullptr || args.n % 8 == 0)) {
-    plan = lt.GetPlan(device, args, fused);
-  }
-  if (plan == nullptr) {
-    fused = Fused{};
-    plan = lt.GetPlan(device, args, fused);
-  }
-  TY_CHECK(plan != nullptr) << "gemm: cuBLASLt has no algorithm for " << Describe(args);
-
+  // The fused epilogue where cuBLASLt has one (AUX_LD must be a multiple of 8) and runs it for
+  // these pointers (it may refuse, say, a bias less aligned than it needs); else the plain
+  // product, then the epilogue as our kernels.
   const cudaStream_t s = AsStream(stream);
-  cublasStatus_t st = RunPlan(*plan, args, fused, lt.Handle(device), lt.Workspace(device, s), s);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED && fused.mode != CUBLASLT_EPILOGUE_DEFAULT) {
-    // The fused kernel refused these pointers (say a bias less aligned than it needs): the
-    // plain product, then the epilogue as our kernels.
+  Fused fused = FusedEpilogue(args);
+  cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+  if (fused.mode != CUBLASLT_EPILOGUE_DEFAULT && (fused.aux == nullptr || args.n % 8 == 0)) {
+    if (std::shared_ptr<Plan> plan = lt.GetPlan(device, args, fused)) {
+      st = RunPlan(*plan, args, fused, lt.Handle(device), lt.Workspace(device, s), s);
+    }
+  }
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
     fused = Fused{};
-    plan = lt.GetPlan(device, args, fused);
+    std::shared_ptr<Plan> plan = lt.GetPlan(device, args, fused);
     TY_CHECK(plan != nullptr) << "gemm: cuBLASLt has no algorithm for " << Describe(args);
     st = RunPlan(*plan, args, fused, lt.Handle(device), lt.Workspace(device, s), s);
   }

@@ -6,10 +6,10 @@
 // so f32 uniform and Bernoulli draws equal the CPU's bit for bit (f64 uniform too); normal
 // draws go through CUDA's double log/sin/cos and agree to rounding. AdamMulti rounds each
 // operation as AdamUpdate<float> does (IEEE intrinsics, FMAs exactly where the CPU has them,
-// subnormals kept: no flush to zero), so it is bit-exact. Pooling backward gathers (each input pixel sums
-// the outputs whose windows hold it, in the CPU's order of additions) instead of scattering
-// with atomics: deterministic, and bit-exact with the CPU for f32. Only IndexAddRows uses
-// atomics (the order of additions is not fixed, as backend.h says).
+// subnormals kept: no flush to zero), so it is bit-exact. Pooling backward gathers (each input
+// pixel sums the outputs whose windows hold it, in the CPU's order of additions) instead of
+// scattering with atomics: deterministic, and bit-exact with the CPU for f32. Only
+// IndexAddRows uses atomics (the order of additions is not fixed, as backend.h says).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -55,7 +55,7 @@ std::atomic<void (*)(int)> g_releaser{nullptr};
 // Gives memory back to `device` (current on this thread): the engine's cached blocks when
 // `engine_cache`, then whatever the default pool holds unused once the device is idle.
 void ReleaseMemory(int device, bool engine_cache) {
-  (void)cudaGetLastError();  // out of memory is not sticky
+  (void)cudaGetLastError();  // clears the failed allocation's error
   if (void (*release)(int) = g_releaser.load(); engine_cache && release != nullptr) {
     release(device);
   }
@@ -66,24 +66,33 @@ void ReleaseMemory(int device, bool engine_cache) {
   }
 }
 
-std::string Full(const char* what, size_t bytes, cudaError_t e) {
+// "(F MiB free of T MiB)" on the current device.
+std::string FreeOfTotal() {
   size_t free_bytes = 0, total = 0;
   (void)cudaMemGetInfo(&free_bytes, &total);
-  return std::string(what) + ": cannot allocate " + MiB(bytes) + " (" + MiB(free_bytes) +
-         " free of " + MiB(total) + ", after emptying the caches): " + cudaGetErrorString(e);
+  return "(" + MiB(free_bytes) + " free of " + MiB(total) + ")";
+}
+
+// alloc(), and once more after ReleaseMemory when the device is full; its last error.
+template <typename F>
+cudaError_t TryTwice(int device, bool engine_cache, const F& alloc) {
+  cudaError_t e = alloc();
+  if (e == cudaErrorMemoryAllocation) {
+    ReleaseMemory(device, engine_cache);
+    e = alloc();
+  }
+  if (e != cudaSuccess) (void)cudaGetLastError();  // out of memory is not sticky
+  return e;
 }
 
 template <typename F>
 void* AllocRetrying(const char* what, size_t bytes, const F& alloc) {
+  int device = 0;
+  TY_CUDA_CHECK(cudaGetDevice(&device));
   void* p = nullptr;
-  cudaError_t e = alloc(&p);
-  if (e == cudaErrorMemoryAllocation) {
-    int device = 0;
-    TY_CUDA_CHECK(cudaGetDevice(&device));
-    ReleaseMemory(device, /*engine_cache=*/true);
-    e = alloc(&p);
-  }
-  TY_CHECK(e == cudaSuccess) << Full(what, bytes, e);
+  const cudaError_t e = TryTwice(device, /*engine_cache=*/true, [&] { return alloc(&p); });
+  TY_CHECK(e == cudaSuccess) << what << ": cannot allocate " << MiB(bytes) << " " << FreeOfTotal()
+                             << " after emptying the caches: " << cudaGetErrorString(e);
   return p;
 }
 
@@ -127,27 +136,20 @@ Status CudaBackendImpl::SetDevice(int device) {
   const cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) return OkStatus();
   (void)cudaGetLastError();
-  return FailedPreconditionError("cuda:" + std::to_string(device) + " cannot be used: " +
-                                 cudaGetErrorString(e) + " (" + std::to_string(DeviceCount()) +
-                                 " devices visible)");
+  return FailedPreconditionError("cuda:" + std::to_string(device) +
+                                 " cannot be used: " + cudaGetErrorString(e) + " (" +
+                                 std::to_string(DeviceCount()) + " devices visible)");
 }
 
 // The caching allocator empties its own cache and asks again; what the default pool keeps of
 // the kernels' scratch is given back here first.
 Status CudaBackendImpl::Malloc(int device, size_t nbytes, void** out) {
   DeviceGuard guard(device);
-  cudaError_t e = cudaMalloc(out, nbytes);
-  if (e == cudaErrorMemoryAllocation) {
-    ReleaseMemory(device, /*engine_cache=*/false);
-    e = cudaMalloc(out, nbytes);
-  }
+  const cudaError_t e =
+      TryTwice(device, /*engine_cache=*/false, [&] { return cudaMalloc(out, nbytes); });
   if (e == cudaSuccess) return OkStatus();
-  (void)cudaGetLastError();
-  size_t free_bytes = 0, total = 0;
-  (void)cudaMemGetInfo(&free_bytes, &total);
   return ResourceExhaustedError("cuda:" + std::to_string(device) + ": cannot allocate " +
-                                MiB(nbytes) + " (" + MiB(free_bytes) + " free of " + MiB(total) +
-                                "): " + cudaGetErrorString(e));
+                                MiB(nbytes) + " " + FreeOfTotal() + ": " + cudaGetErrorString(e));
 }
 
 void CudaBackendImpl::Free(int device, void* ptr) {
@@ -213,8 +215,7 @@ void CudaBackendImpl::EventSynchronize(Event event) {
 extern "C" trainyard::kernels::cuda::Backend* TyCudaBackend(int abi_version, size_t backend_size,
                                                             std::string* error) {
   using trainyard::kernels::cuda::Backend;
-  if (abi_version != trainyard::kernels::cuda::kCudaAbiVersion ||
-      backend_size != sizeof(Backend)) {
+  if (abi_version != trainyard::kernels::cuda::kCudaAbiVersion || backend_size != sizeof(Backend)) {
     *error = "libtrainyard_cuda.so is from another build (interface version " +
              std::to_string(trainyard::kernels::cuda::kCudaAbiVersion) + ", asked for " +
              std::to_string(abi_version) + "); rebuild it with the engine";

@@ -134,9 +134,8 @@ std::set<std::string> MetricNames(const std::string& expr) {
     while (end < expr.size() &&
            (std::isalnum(static_cast<unsigned char>(expr[end])) || expr[end] == '_'))
       ++end;
-    if (expr.rfind("absent(", at) != std::string::npos &&
-        expr.find(')', expr.rfind("absent(", at)) > at)
-      continue;
+    const size_t absent = expr.rfind("absent(", at);
+    if (absent != std::string::npos && expr.find(')', absent) > at) continue;
     names.insert(expr.substr(at, end - at));
   }
   return names;
