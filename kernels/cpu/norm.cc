@@ -285,6 +285,22 @@ void BatchNormForward(const T* x, const T* mean, const T* invstd, const T* weigh
 }
 
 template <typename T>
+void BatchNormTrainingForward(const T* x, const T* weight, const T* bias, T* y, T* running_mean,
+                              T* running_var, double momentum, double eps, T* mean, T* invstd,
+                              int64_t outer, int64_t c, int64_t inner) {
+  std::vector<T> var(static_cast<size_t>(c));
+  BatchNormStats(x, mean, var.data(), outer, c, inner);
+  const T m = static_cast<T>(outer * inner), mom = static_cast<T>(momentum);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    invstd[ch] = T(1) / std::sqrt(var[ch] + static_cast<T>(eps));
+    if (running_mean == nullptr) continue;
+    running_mean[ch] = running_mean[ch] * (T(1) - mom) + mean[ch] * mom;
+    running_var[ch] = running_var[ch] * (T(1) - mom) + var[ch] * (m / (m - T(1))) * mom;
+  }
+  BatchNormForward(x, mean, invstd, weight, bias, y, outer, c, inner);
+}
+
+template <typename T>
 void BatchNormBackward(const T* x, const T* gy, const T* mean, const T* invstd, const T* weight,
                        T* gx, T* gweight, T* gbias, int64_t outer, int64_t c, int64_t inner,
                        bool training) {
@@ -315,6 +331,8 @@ void BatchNormBackward(const T* x, const T* gy, const T* mean, const T* invstd, 
   template void LayerNormBackward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, \
                                      int64_t, int64_t);                                            \
   template void BatchNormStats<T>(const T*, T*, T*, int64_t, int64_t, int64_t);                    \
+  template void BatchNormTrainingForward<T>(const T*, const T*, const T*, T*, T*, T*, double,      \
+                                            double, T*, T*, int64_t, int64_t, int64_t);            \
   template void BatchNormForward<T>(const T*, const T*, const T*, const T*, const T*, T*, int64_t, \
                                     int64_t, int64_t);                                             \
   template void BatchNormBackward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, \

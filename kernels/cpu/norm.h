@@ -28,6 +28,15 @@ void LayerNormBackward(const T* x, const T* gy, const T* mean, const T* rstd, co
 template <typename T>
 void BatchNormStats(const T* x, T* mean, T* var, int64_t outer, int64_t c, int64_t inner);
 
+// Training: mean[c] and invstd[c] = 1 / sqrt(var[c] + eps) from the batch (biased variance var),
+// y = (x - mean[c]) * invstd[c] * weight[c] + bias[c] and, when running_mean and running_var are
+// not null, running = (1 - momentum) * running + momentum * stat in place, with the unbiased
+// variance var * m / (m - 1) for running_var (m = outer * inner > 1 values per channel).
+template <typename T>
+void BatchNormTrainingForward(const T* x, const T* weight, const T* bias, T* y, T* running_mean,
+                              T* running_var, double momentum, double eps, T* mean, T* invstd,
+                              int64_t outer, int64_t c, int64_t inner);
+
 // y = (x - mean[c]) * invstd[c] * weight[c] + bias[c].
 template <typename T>
 void BatchNormForward(const T* x, const T* mean, const T* invstd, const T* weight, const T* bias,

@@ -206,7 +206,8 @@ class Backend {
   virtual void UnscaleCheck(float* const* tensors, const int64_t* sizes, int count, float scale,
                             float* found_inf, Stream stream) = 0;
 
-  // ---- Pooling and batch norm (kernels/cpu/pool.h, norm.h; our kernels, same semantics) ----
+  // ---- Pooling (kernels/cpu/pool.h; our kernels, same semantics) and batch norm
+  // (kernels/cpu/norm.h: cuDNN where it takes the shape, else our kernels) ----
   virtual void MaxPool2dForward(ScalarType type, const Pool2dShape& s, const void* x, void* y,
                                 int64_t* argmax, Stream stream) = 0;
   virtual void MaxPool2dBackward(ScalarType type, const Pool2dShape& s, const void* gy,
@@ -219,16 +220,20 @@ class Backend {
                                         void* y, Stream stream) = 0;
   virtual void AdaptiveAvgPool2dBackward(ScalarType type, const Pool2dShape& s, const void* gy,
                                          void* gx, Stream stream) = 0;
-  // f32 only (the op layer keeps batch norm in f32 under autocast).
-  virtual void BatchNormStats(const float* x, float* mean, float* var, int64_t outer, int64_t c,
-                              int64_t inner, Stream stream) = 0;
+  // f32 only (the op layer keeps batch norm in f32 under autocast). weight, bias and the
+  // running statistics (both or neither) may be null.
+  virtual void BatchNormTrainingForward(const float* x, const float* weight, const float* bias,
+                                        float* y, float* running_mean, float* running_var,
+                                        double momentum, double eps, float* mean, float* invstd,
+                                        int64_t outer, int64_t c, int64_t inner, Stream stream) = 0;
   virtual void BatchNormForward(const float* x, const float* mean, const float* invstd,
                                 const float* weight, const float* bias, float* y, int64_t outer,
                                 int64_t c, int64_t inner, Stream stream) = 0;
+  // eps: the forward's (cuDNN asks for it; mean and invstd are what the forward saved).
   virtual void BatchNormBackward(const float* x, const float* gy, const float* mean,
                                  const float* invstd, const float* weight, float* gx,
                                  float* gweight, float* gbias, int64_t outer, int64_t c,
-                                 int64_t inner, bool training, Stream stream) = 0;
+                                 int64_t inner, bool training, double eps, Stream stream) = 0;
 
   // ---- Fused attention (flash-attention style: tiles of keys through on-chip memory, online
   // softmax, nothing of size L x S written) ----
@@ -260,7 +265,7 @@ inline constexpr char kCudaLibraryName[] = "libtrainyard_cuda.so";
 inline constexpr char kCudaLibraryEnv[] = "TRAINYARD_CUDA_LIB";
 inline constexpr char kCudaEntryPoint[] = "TyCudaBackend";
 // Bump when Backend or the structs above change.
-inline constexpr int kCudaAbiVersion = 2;
+inline constexpr int kCudaAbiVersion = 3;
 
 // Returns the process-wide backend, or null with `error` set when the versions differ.
 using CudaEntryFn = Backend* (*)(int abi_version, size_t backend_size, std::string* error);

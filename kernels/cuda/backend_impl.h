@@ -3,10 +3,11 @@
 //   runtime.cc      devices, memory, streams, events, the entry point
 //   elementwise.cu  Copy, Fill, Unary, UnaryBackward, Binary, Compare, Where
 //   reduce.cu       reductions, NormPow, softmax, cross-entropy, layer norm
-//   misc.cu         indexing, random fills, AdamMulti, UnscaleCheck, pooling, batch norm
+//   misc.cu         indexing, random fills, AdamMulti, UnscaleCheck, pooling, batch norm's
+//                   own kernels
 //   attention.cu    fused attention
 //   blas.cc         Gemm (cuBLASLt)
-//   dnn.cc          convolutions (cuDNN)
+//   dnn.cc          convolutions and batch norm (cuDNN)
 // Thread safety: every method may be called from any thread; per-device state (streams, the
 // cuBLASLt and cuDNN handles and workspaces) is created once under a lock.
 #pragma once
@@ -99,14 +100,16 @@ class CudaBackendImpl final : public Backend {
                                 Stream stream) override;
   void AdaptiveAvgPool2dBackward(ScalarType type, const Pool2dShape& s, const void* gy, void* gx,
                                  Stream stream) override;
-  void BatchNormStats(const float* x, float* mean, float* var, int64_t outer, int64_t c,
-                      int64_t inner, Stream stream) override;
+  void BatchNormTrainingForward(const float* x, const float* weight, const float* bias, float* y,
+                                float* running_mean, float* running_var, double momentum,
+                                double eps, float* mean, float* invstd, int64_t outer, int64_t c,
+                                int64_t inner, Stream stream) override;
   void BatchNormForward(const float* x, const float* mean, const float* invstd, const float* weight,
                         const float* bias, float* y, int64_t outer, int64_t c, int64_t inner,
                         Stream stream) override;
   void BatchNormBackward(const float* x, const float* gy, const float* mean, const float* invstd,
                          const float* weight, float* gx, float* gweight, float* gbias,
-                         int64_t outer, int64_t c, int64_t inner, bool training,
+                         int64_t outer, int64_t c, int64_t inner, bool training, double eps,
                          Stream stream) override;
   void AttentionForward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
                         bool causal, double scale, const void* q, const void* k, const void* v,
@@ -122,6 +125,16 @@ class CudaBackendImpl final : public Backend {
                         Stream stream) override;
   void ConvBackwardFilter(ScalarType type, const ConvDims& d, const void* x, const void* gy,
                           void* gw, Stream stream) override;
+
+ private:
+  // Batch norm through our kernels (misc.cu), for the shapes the cuDNN path (dnn.cc) leaves.
+  void OwnBatchNormTrainingForward(const float* x, const float* weight, const float* bias, float* y,
+                                   float* running_mean, float* running_var, double momentum,
+                                   double eps, float* mean, float* invstd, int64_t outer, int64_t c,
+                                   int64_t inner, Stream stream);
+  void OwnBatchNormBackward(const float* x, const float* gy, const float* mean, const float* invstd,
+                            const float* weight, float* gx, float* gweight, float* gbias,
+                            int64_t outer, int64_t c, int64_t inner, bool training, Stream stream);
 };
 
 }  // namespace trainyard::kernels::cuda

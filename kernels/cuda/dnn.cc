@@ -1,7 +1,7 @@
-// CudaBackendImpl's convolutions through cuDNN's legacy API: forward, backward data and
-// backward filter over contiguous NCHW arrays (backend.h ConvDims; semantics of
-// kernels/cpu/conv.h: cross-correlation, weight (k, c / groups, r, s)). Outputs are
-// overwritten (beta = 0).
+// CudaBackendImpl's convolutions and training batch norm through cuDNN's legacy API.
+// Convolutions: forward, backward data and backward filter over contiguous NCHW arrays
+// (backend.h ConvDims; semantics of kernels/cpu/conv.h: cross-correlation, weight
+// (k, c / groups, r, s)). Outputs are overwritten (beta = 0). Batch norm: Note [cuDNN batch norm].
 //
 // Note [cuDNN state]
 // Per device: one handle, one workspace per stream (grown as needed; two streams must not
@@ -11,7 +11,7 @@
 // handles must not be used by two threads at once, so everything, from the cache lookup to
 // enqueueing the convolution, runs under the device's mutex; the calls only enqueue work.
 //
-// The legacy convolution API is marked deprecated in cuDNN 9 (a warning only when
+// The legacy convolution and batch norm API is marked deprecated in cuDNN 9 (a warning only when
 // CUDNN_WARN_DEPRECATED is defined); it is still supported, and this file silences the
 // warning so a build that defines it still passes -Werror.
 #include <cuda_runtime.h>
@@ -292,23 +292,67 @@ DnnDevice& CurrentDnnDevice(int* device) {
   return *dev;
 }
 
-// Runs `dir` for d: looks up the plan, binds the stream and workspace, then calls `run`
-// with (handle, plan, workspace) under the device's mutex.
+// Runs `run(dev)` under the calling thread's device's mutex with its handle bound to `stream`;
+// returns run's status.
 template <typename F>
-void RunConv(Direction dir, ScalarType type, const ConvDims& d, Stream stream, const F& run) {
-  CheckDims(d);
+cudnnStatus_t WithHandle(Stream stream, const F& run) {
   int device = 0;
   DnnDevice& dev = CurrentDnnDevice(&device);
   std::lock_guard<std::mutex> lock(dev.mu);
-  const Plan& plan = dev.GetPlan(dir, type, d);
-  const cudaStream_t s = AsStream(stream);
-  void* ws = dev.GetWorkspace(s, plan.workspace_bytes);
-  TY_CUDNN_CHECK(cudnnSetStream(dev.handle, s));
-  const cudnnStatus_t st = run(dev.handle, plan, ws);
+  TY_CUDNN_CHECK(cudnnSetStream(dev.handle, AsStream(stream)));
+  return run(dev);
+}
+
+// Runs `dir` for d: looks up the plan and the stream's workspace, then calls `run` with
+// (handle, plan, workspace) under the device's mutex.
+template <typename F>
+void RunConv(Direction dir, ScalarType type, const ConvDims& d, Stream stream, const F& run) {
+  CheckDims(d);
+  const cudnnStatus_t st = WithHandle(stream, [&](DnnDevice& dev) {
+    const Plan& plan = dev.GetPlan(dir, type, d);
+    void* ws = dev.GetWorkspace(AsStream(stream), plan.workspace_bytes);
+    return run(dev.handle, plan, ws);
+  });
   TY_CHECK(st == CUDNN_STATUS_SUCCESS)
       << "conv: cuDNN failed: " << cudnnGetErrorString(st) << " (direction "
       << static_cast<int>(dir) << ") for " << Describe(d);
 }
+
+// Note [cuDNN batch norm]
+// Training batch norm runs cuDNN's spatial mode over x viewed as (outer, c, inner, 1), for the
+// shapes PyTorch gives cuDNN (aten/src/ATen/native/Normalization.cpp): spatial inputs
+// (inner > 1; PyTorch keeps 2-d inputs on its own kernels), at most 880801 rows, fewer than
+// 2^31 elements (cuDNN indexes with int), an eps cuDNN allows, and a weight (bias may be null:
+// zeros are passed).
+// cuDNN saves the batch's mean and 1 / sqrt(var + eps), the same pair our kernels save, so
+// either backward takes either forward's. Other shapes, and evaluation mode (an affine map
+// with constant statistics, whose backward cuDNN does not have), run our kernels (misc.cu).
+// The spatial-persistent mode is faster on some shapes but loses accuracy on some models
+// (PyTorch's note); plain spatial keeps the CPU reference's numerics within tolerance.
+bool CudnnTakesBatchNorm(int64_t outer, int64_t c, int64_t inner, double eps, const float* weight) {
+  return weight != nullptr && inner > 1 && outer >= 1 && outer <= 880801 && c >= 1 &&
+         outer * c * inner < INT_MAX && eps >= CUDNN_BN_MIN_EPSILON;
+}
+
+// x's descriptor (outer, c, inner, 1) and the per-channel one derived from it.
+struct BatchNormDescriptors {
+  cudnnTensorDescriptor_t x = nullptr, channel = nullptr;
+
+  BatchNormDescriptors(int64_t outer, int64_t c, int64_t inner) {
+    TY_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    TY_CUDNN_CHECK(cudnnCreateTensorDescriptor(&channel));
+    TY_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                              static_cast<int>(outer), static_cast<int>(c),
+                                              static_cast<int>(inner), 1));
+    TY_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(channel, x, CUDNN_BATCHNORM_SPATIAL));
+  }
+  ~BatchNormDescriptors() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(channel);
+  }
+  BatchNormDescriptors(const BatchNormDescriptors&) = delete;
+  BatchNormDescriptors& operator=(const BatchNormDescriptors&) = delete;
+};
 
 // alpha and beta are f32 for f32, bf16 and f16 data; beta 0 overwrites.
 constexpr float kOne = 1.0f;
@@ -346,6 +390,63 @@ void CudaBackendImpl::ConvBackwardFilter(ScalarType type, const ConvDims& d, con
             return cudnnConvolutionBackwardFilter(h, &kOne, p.x, x, p.y, gy, p.conv, p.bwd_filter,
                                                   ws, p.workspace_bytes, &kZero, p.w, gw);
           });
+}
+
+void CudaBackendImpl::BatchNormTrainingForward(const float* x, const float* weight,
+                                               const float* bias, float* y, float* running_mean,
+                                               float* running_var, double momentum, double eps,
+                                               float* mean, float* invstd, int64_t outer, int64_t c,
+                                               int64_t inner, Stream stream) {
+  if (!CudnnTakesBatchNorm(outer, c, inner, eps, weight)) {
+    OwnBatchNormTrainingForward(x, weight, bias, y, running_mean, running_var, momentum, eps, mean,
+                                invstd, outer, c, inner, stream);
+    return;
+  }
+  const cudaStream_t st = AsStream(stream);
+  float* zeros = nullptr;
+  if (bias == nullptr) {
+    zeros = Scratch<float>("batch_norm", c, st);
+    TY_CUDA_CHECK(cudaMemsetAsync(zeros, 0, static_cast<size_t>(c) * sizeof(float), st));
+  }
+  const BatchNormDescriptors desc(outer, c, inner);
+  const cudnnStatus_t status = WithHandle(stream, [&](DnnDevice& dev) {
+    return cudnnBatchNormalizationForwardTraining(dev.handle, CUDNN_BATCHNORM_SPATIAL, &kOne,
+                                                  &kZero, desc.x, x, desc.x, y, desc.channel,
+                                                  weight, bias != nullptr ? bias : zeros, momentum,
+                                                  running_mean, running_var, eps, mean, invstd);
+  });
+  if (zeros != nullptr) TY_CUDA_CHECK(cudaFreeAsync(zeros, st));
+  TY_CHECK(status == CUDNN_STATUS_SUCCESS)
+      << "batch_norm: cuDNN failed: " << cudnnGetErrorString(status) << " for x (" << outer << ", "
+      << c << ", " << inner << ") eps " << eps;
+}
+
+void CudaBackendImpl::BatchNormBackward(const float* x, const float* gy, const float* mean,
+                                        const float* invstd, const float* weight, float* gx,
+                                        float* gweight, float* gbias, int64_t outer, int64_t c,
+                                        int64_t inner, bool training, double eps, Stream stream) {
+  // cuDNN always writes gx; without it our kernels compute just the parameters' gradients.
+  if (!training || gx == nullptr || !CudnnTakesBatchNorm(outer, c, inner, eps, weight)) {
+    OwnBatchNormBackward(x, gy, mean, invstd, weight, gx, gweight, gbias, outer, c, inner, training,
+                         stream);
+    return;
+  }
+  const cudaStream_t st = AsStream(stream);
+  // cuDNN writes both parameter gradients; the ones nobody asked for go to scratch.
+  float* scratch = nullptr;
+  if (gweight == nullptr || gbias == nullptr)
+    scratch = Scratch<float>("batch_norm backward", 2 * c, st);
+  const BatchNormDescriptors desc(outer, c, inner);
+  const cudnnStatus_t status = WithHandle(stream, [&](DnnDevice& dev) {
+    return cudnnBatchNormalizationBackward(
+        dev.handle, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, desc.x, x, desc.x, gy,
+        desc.x, gx, desc.channel, weight, gweight != nullptr ? gweight : scratch,
+        gbias != nullptr ? gbias : scratch + c, eps, mean, invstd);
+  });
+  if (scratch != nullptr) TY_CUDA_CHECK(cudaFreeAsync(scratch, st));
+  TY_CHECK(status == CUDNN_STATUS_SUCCESS)
+      << "batch_norm backward: cuDNN failed: " << cudnnGetErrorString(status) << " for x (" << outer
+      << ", " << c << ", " << inner << ") eps " << eps;
 }
 
 }  // namespace trainyard::kernels::cuda

@@ -533,6 +533,20 @@ __global__ void ChannelAffineKernel(const float* u, const float* v, float* out, 
   }
 }
 
+// invstd = 1 / sqrt(var + eps) and, when running_mean is set, the running statistics updated
+// (kernels/cpu/norm.cc BatchNormTrainingForward).
+__global__ void BnFinishStatsKernel(const float* mean, const float* var, float* invstd,
+                                    float* running_mean, float* running_var, int64_t c, float m,
+                                    float momentum, float eps) {
+  for (int64_t ch = GlobalThread(); ch < c; ch += GridThreads()) {
+    invstd[ch] = __fdiv_rn(1.0f, __fsqrt_rn(var[ch] + eps));
+    if (running_mean == nullptr) continue;
+    running_mean[ch] = running_mean[ch] * (1.0f - momentum) + mean[ch] * momentum;
+    running_var[ch] =
+        running_var[ch] * (1.0f - momentum) + var[ch] * __fdiv_rn(m, m - 1.0f) * momentum;
+  }
+}
+
 // Forward coefficients: scale = invstd * weight, shift = bias - mean * scale.
 __global__ void BnForwardCoefKernel(const float* mean, const float* invstd, const float* weight,
                                     const float* bias, float* scale, float* shift, int64_t c) {
@@ -749,16 +763,26 @@ void CudaBackendImpl::AdaptiveAvgPool2dBackward(ScalarType type, const Pool2dSha
   CheckLaunch("adaptive_avg_pool2d backward");
 }
 
-void CudaBackendImpl::BatchNormStats(const float* x, float* mean, float* var, int64_t outer,
-                                     int64_t c, int64_t inner, Stream stream) {
+void CudaBackendImpl::OwnBatchNormTrainingForward(const float* x, const float* weight,
+                                                  const float* bias, float* y, float* running_mean,
+                                                  float* running_var, double momentum, double eps,
+                                                  float* mean, float* invstd, int64_t outer,
+                                                  int64_t c, int64_t inner, Stream stream) {
   if (c <= 0) return;
-  // ChannelSums divides by inner; the op layer refuses statistics over no values.
-  TY_CHECK(outer > 0 && inner > 0) << "batch_norm: statistics over " << outer << " x " << inner
-                                   << " values per channel";
+  // ChannelSums divides by outer * inner; the op layer refuses statistics over one value.
+  TY_CHECK(outer > 0 && inner > 0)
+      << "batch_norm: statistics over " << outer << " x " << inner << " values per channel";
   const cudaStream_t st = AsStream(stream);
+  float* var = Scratch<float>("batch_norm", c, st);
   ChannelSums(x, nullptr, x, nullptr, mean, nullptr, outer, c, inner, true, st);
   // A second pass about the mean (more accurate than E[x^2] - E[x]^2), as on the CPU.
   ChannelSums(nullptr, nullptr, x, mean, nullptr, var, outer, c, inner, true, st);
+  BnFinishStatsKernel<<<BlocksFor(c), kThreads, 0, st>>>(
+      mean, var, invstd, running_mean, running_var, c, static_cast<float>(outer * inner),
+      static_cast<float>(momentum), static_cast<float>(eps));
+  CheckLaunch("batch_norm");
+  TY_CUDA_CHECK(cudaFreeAsync(var, st));
+  BatchNormForward(x, mean, invstd, weight, bias, y, outer, c, inner, stream);
 }
 
 void CudaBackendImpl::BatchNormForward(const float* x, const float* mean, const float* invstd,
@@ -774,13 +798,13 @@ void CudaBackendImpl::BatchNormForward(const float* x, const float* mean, const 
   TY_CUDA_CHECK(cudaFreeAsync(coef, st));
 }
 
-void CudaBackendImpl::BatchNormBackward(const float* x, const float* gy, const float* mean,
-                                        const float* invstd, const float* weight, float* gx,
-                                        float* gweight, float* gbias, int64_t outer, int64_t c,
-                                        int64_t inner, bool training, Stream stream) {
+void CudaBackendImpl::OwnBatchNormBackward(const float* x, const float* gy, const float* mean,
+                                           const float* invstd, const float* weight, float* gx,
+                                           float* gweight, float* gbias, int64_t outer, int64_t c,
+                                           int64_t inner, bool training, Stream stream) {
   if (c <= 0) return;
-  TY_CHECK(outer > 0 && inner > 0) << "batch_norm backward: over " << outer << " x " << inner
-                                   << " values per channel";
+  TY_CHECK(outer > 0 && inner > 0)
+      << "batch_norm backward: over " << outer << " x " << inner << " values per channel";
   const cudaStream_t st = AsStream(stream);
   float* scratch = Scratch<float>("batch_norm backward", 5 * c, st);  // sum_g, sum_gd, kg, kx, k0
   float *sum_g = scratch, *sum_gd = scratch + c, *kg = scratch + 2 * c;

@@ -143,14 +143,16 @@ class HostBackend final : public kernels::cuda::Backend {
                                 Stream stream) override;
   void AdaptiveAvgPool2dBackward(ScalarType type, const Pool2dShape& s, const void* gy, void* gx,
                                  Stream stream) override;
-  void BatchNormStats(const float* x, float* mean, float* var, int64_t outer, int64_t c,
-                      int64_t inner, Stream stream) override;
+  void BatchNormTrainingForward(const float* x, const float* weight, const float* bias, float* y,
+                                float* running_mean, float* running_var, double momentum,
+                                double eps, float* mean, float* invstd, int64_t outer, int64_t c,
+                                int64_t inner, Stream stream) override;
   void BatchNormForward(const float* x, const float* mean, const float* invstd, const float* weight,
                         const float* bias, float* y, int64_t outer, int64_t c, int64_t inner,
                         Stream stream) override;
   void BatchNormBackward(const float* x, const float* gy, const float* mean, const float* invstd,
                          const float* weight, float* gx, float* gweight, float* gbias,
-                         int64_t outer, int64_t c, int64_t inner, bool training,
+                         int64_t outer, int64_t c, int64_t inner, bool training, double eps,
                          Stream stream) override;
   void AttentionForward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
                         bool causal, double scale, const void* q, const void* k, const void* v,

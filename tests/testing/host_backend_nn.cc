@@ -84,11 +84,15 @@ void HostBackend::AdaptiveAvgPool2dBackward(ScalarType type, const Pool2dShape& 
 
 // ---- Batch norm (f32) ----
 
-void HostBackend::BatchNormStats(const float* x, float* mean, float* var, int64_t outer, int64_t c,
-                                 int64_t inner, Stream stream) {
+void HostBackend::BatchNormTrainingForward(const float* x, const float* weight, const float* bias,
+                                           float* y, float* running_mean, float* running_var,
+                                           double momentum, double eps, float* mean, float* invstd,
+                                           int64_t outer, int64_t c, int64_t inner, Stream stream) {
   CheckStream(stream);
-  Count("BatchNormStats");
-  kc::BatchNormStats<float>(H(x), H(mean), H(var), outer, c, inner);
+  Count("BatchNormTrainingForward");
+  kc::BatchNormTrainingForward<float>(H(x), H(weight), H(bias), H(y), H(running_mean),
+                                      H(running_var), momentum, eps, H(mean), H(invstd), outer, c,
+                                      inner);
 }
 
 void HostBackend::BatchNormForward(const float* x, const float* mean, const float* invstd,
@@ -102,7 +106,7 @@ void HostBackend::BatchNormForward(const float* x, const float* mean, const floa
 void HostBackend::BatchNormBackward(const float* x, const float* gy, const float* mean,
                                     const float* invstd, const float* weight, float* gx,
                                     float* gweight, float* gbias, int64_t outer, int64_t c,
-                                    int64_t inner, bool training, Stream stream) {
+                                    int64_t inner, bool training, double /*eps*/, Stream stream) {
   CheckStream(stream);
   Count("BatchNormBackward");
   kc::BatchNormBackward<float>(H(x), H(gy), H(mean), H(invstd), H(weight), H(gx), H(gweight),

@@ -1,6 +1,7 @@
 #include "worker/ops/norm.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "worker/ops/common.h"
@@ -112,36 +113,34 @@ void CheckBatchNorm(const Tensor& x, const Tensor& running_mean, const Tensor& r
       << x.shape();
 }
 
-// running = (1 - momentum) * running + momentum * stat, in place and not recorded.
-void UpdateRunning(const Tensor& running, const Tensor& stat, double momentum) {
-  autograd::NoGradGuard no_grad;
-  MulScalarInPlace(running, 1 - momentum);
-  AddInPlace(running, stat, momentum);
-}
-
-// Per-channel (mean, invstd) for normalising: the batch's own when training (updating the
-// running stats), else the running stats'.
-std::pair<Tensor, Tensor> BatchNormStats(const Tensor& xc, const Tensor& running_mean,
-                                         const Tensor& running_var, bool training, double momentum,
-                                         double eps) {
+// Training: the batch's per-channel (mean, invstd), y written and the running stats updated in
+// place (not recorded) by one kernel (cuDNN on CUDA where it takes the shape).
+std::pair<Tensor, Tensor> BatchNormTrain(const Tensor& xc, const Tensor& w, const Tensor& b,
+                                         const Tensor& y, const Tensor& running_mean,
+                                         const Tensor& running_var, double momentum, double eps) {
   autograd::NoGradGuard no_grad;
   const int64_t c = xc.size(1), outer = xc.size(0), inner = xc.numel() / (outer * c);
-  if (!training) {
-    Tensor mean = ConvertTo(running_mean, xc.dtype(), /*force_copy=*/true);
-    return {mean, Rsqrt(AddScalar(running_var, eps))};
-  }
   Tensor mean = Empty({c}, xc.options());
-  Tensor var = Empty({c}, xc.options());  // biased
-  device::BatchNormStats(xc, mean, var, outer, c, inner);
-  if (running_mean.defined()) {
-    const double m = static_cast<double>(outer * inner);
-    UpdateRunning(running_mean, mean, momentum);
-    UpdateRunning(running_var, MulScalar(var, m / (m - 1)), momentum);
-  }
-  return {mean, Rsqrt(AddScalar(var, eps))};
+  Tensor invstd = Empty({c}, xc.options());
+  // The kernels update contiguous running stats; strided ones through a copy.
+  Tensor rm, rv;
+  if (running_mean.defined()) rm = ContiguousData(running_mean), rv = ContiguousData(running_var);
+  device::BatchNormTrainingForward(xc, w, b, y, rm, rv, momentum, eps, mean, invstd, outer, c,
+                                   inner);
+  auto written = [](const Tensor& running, const Tensor& updated) {
+    if (!running.defined()) return;
+    if (running.is_contiguous()) {
+      running.BumpVersion();  // updated in place
+    } else {
+      CopyInPlace(running, updated);  // bumps the version
+    }
+  };
+  written(running_mean, rm);
+  written(running_var, rv);
+  return {mean, invstd};
 }
 
-GradList BatchNormBackward(Node& node, const Tensor& gy, bool training) {
+GradList BatchNormBackward(Node& node, const Tensor& gy, bool training, double eps) {
   const Tensor& x = node.saved(0);
   const Tensor& mean = node.saved(1);
   const Tensor& invstd = node.saved(2);
@@ -152,8 +151,8 @@ GradList BatchNormBackward(Node& node, const Tensor& gy, bool training) {
   r[0] = EmptyIf(NeedsGrad(node, 0), x.shape(), x);
   r[1] = EmptyIf(NeedsGrad(node, 1), {c}, x);
   r[2] = EmptyIf(NeedsGrad(node, 2), {c}, x);
-  device::BatchNormBackward(x, g, mean, invstd, weight, r[0], r[1], r[2], outer, c, inner,
-                            training);
+  device::BatchNormBackward(x, g, mean, invstd, weight, r[0], r[1], r[2], outer, c, inner, training,
+                            eps);
   return r;
 }
 
@@ -169,15 +168,23 @@ Tensor BatchNorm(const Tensor& x_in, const Tensor& running_mean, const Tensor& r
   Tensor y = Empty(x.shape(), x.options());
   if (x.numel() == 0) return y;
   Tensor xc = ContiguousData(x);  // (outer, c, inner)
-  auto [mean, invstd] = BatchNormStats(xc, running_mean, running_var, training, momentum, eps);
   Tensor w = weight.defined() ? ContiguousData(weight) : Tensor();
   Tensor b = bias.defined() ? ContiguousData(bias) : Tensor();
-  const int64_t c = x.size(1), outer = x.size(0), inner = x.numel() / (outer * c);
-  device::BatchNormForward(xc, mean, invstd, w, b, y, outer, c, inner);
+  Tensor mean, invstd;
+  if (training) {
+    std::tie(mean, invstd) = BatchNormTrain(xc, w, b, y, running_mean, running_var, momentum, eps);
+  } else {
+    autograd::NoGradGuard no_grad;
+    mean = ConvertTo(running_mean, xc.dtype(), /*force_copy=*/true);
+    invstd = Rsqrt(AddScalar(running_var, eps));
+    const int64_t c = x.size(1), outer = x.size(0), inner = x.numel() / (outer * c);
+    device::BatchNormForward(xc, mean, invstd, w, b, y, outer, c, inner);
+  }
   if (ShouldRecord({&x, &weight, &bias})) {
-    auto node =
-        Record("NativeBatchNormBackward0", {&x, &weight, &bias},
-               [training](Node& n, GradList&& g) { return BatchNormBackward(n, g[0], training); });
+    auto node = Record("NativeBatchNormBackward0", {&x, &weight, &bias},
+                       [training, eps](Node& n, GradList&& g) {
+                         return BatchNormBackward(n, g[0], training, eps);
+                       });
     node->Save(xc);
     node->Save(mean);
     node->Save(invstd);

@@ -77,15 +77,20 @@ void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
 void LayerNormBackward(const Tensor& x, const Tensor& gy, const Tensor& mean, const Tensor& rstd,
                        const Tensor& weight, const Tensor& gx, const Tensor& gweight,
                        const Tensor& gbias, int64_t rows, int64_t n);
-// Batch norm (CUDA: f32 only).
-void BatchNormStats(const Tensor& x, const Tensor& mean, const Tensor& var, int64_t outer,
-                    int64_t c, int64_t inner);
+// Batch norm (CUDA: f32 only). Contiguous x (outer, c, inner); weight, bias and the running
+// statistics (both or neither, updated in place) may be undefined.
+void BatchNormTrainingForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const Tensor& y, const Tensor& running_mean,
+                              const Tensor& running_var, double momentum, double eps,
+                              const Tensor& mean, const Tensor& invstd, int64_t outer, int64_t c,
+                              int64_t inner);
 void BatchNormForward(const Tensor& x, const Tensor& mean, const Tensor& invstd,
                       const Tensor& weight, const Tensor& bias, const Tensor& y, int64_t outer,
                       int64_t c, int64_t inner);
 void BatchNormBackward(const Tensor& x, const Tensor& gy, const Tensor& mean, const Tensor& invstd,
                        const Tensor& weight, const Tensor& gx, const Tensor& gweight,
-                       const Tensor& gbias, int64_t outer, int64_t c, int64_t inner, bool training);
+                       const Tensor& gbias, int64_t outer, int64_t c, int64_t inner, bool training,
+                       double eps);
 
 // ---- Indexing (index int64, values the caller checked) ----
 void IndexRows(const Tensor& x, int64_t row, const Tensor& index, const Tensor& out);

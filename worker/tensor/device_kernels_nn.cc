@@ -110,17 +110,24 @@ void CheckF32OnCuda(const Tensor& x, const char* name) {
 }
 }  // namespace
 
-void BatchNormStats(const Tensor& x, const Tensor& mean, const Tensor& var, int64_t outer,
-                    int64_t c, int64_t inner) {
+void BatchNormTrainingForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const Tensor& y, const Tensor& running_mean,
+                              const Tensor& running_var, double momentum, double eps,
+                              const Tensor& mean, const Tensor& invstd, int64_t outer, int64_t c,
+                              int64_t inner) {
   CheckF32OnCuda(x, "batch_norm");
   if (x.device().is_cuda()) {
-    B().BatchNormStats(x.data<float>(), mean.data<float>(), var.data<float>(), outer, c, inner,
-                       S(x));
+    B().BatchNormTrainingForward(
+        x.data<float>(), DataOrNull<float>(weight), DataOrNull<float>(bias), y.data<float>(),
+        DataOrNull<float>(running_mean), DataOrNull<float>(running_var), momentum, eps,
+        mean.data<float>(), invstd.data<float>(), outer, c, inner, S(x));
     return;
   }
   TY_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
-    kc::BatchNormStats<scalar_t>(x.data<scalar_t>(), mean.data<scalar_t>(), var.data<scalar_t>(),
-                                 outer, c, inner);
+    kc::BatchNormTrainingForward<scalar_t>(
+        x.data<scalar_t>(), DataOrNull<scalar_t>(weight), DataOrNull<scalar_t>(bias),
+        y.data<scalar_t>(), DataOrNull<scalar_t>(running_mean), DataOrNull<scalar_t>(running_var),
+        momentum, eps, mean.data<scalar_t>(), invstd.data<scalar_t>(), outer, c, inner);
   });
 }
 
@@ -143,14 +150,14 @@ void BatchNormForward(const Tensor& x, const Tensor& mean, const Tensor& invstd,
 
 void BatchNormBackward(const Tensor& x, const Tensor& gy, const Tensor& mean, const Tensor& invstd,
                        const Tensor& weight, const Tensor& gx, const Tensor& gweight,
-                       const Tensor& gbias, int64_t outer, int64_t c, int64_t inner,
-                       bool training) {
+                       const Tensor& gbias, int64_t outer, int64_t c, int64_t inner, bool training,
+                       double eps) {
   CheckF32OnCuda(x, "batch_norm");
   if (x.device().is_cuda()) {
     B().BatchNormBackward(x.data<float>(), gy.data<float>(), mean.data<float>(),
                           invstd.data<float>(), DataOrNull<float>(weight), DataOrNull<float>(gx),
                           DataOrNull<float>(gweight), DataOrNull<float>(gbias), outer, c, inner,
-                          training, S(x));
+                          training, eps, S(x));
     return;
   }
   TY_DISPATCH_FLOATING(x.dtype(), "batch_norm backward", [&] {

@@ -69,6 +69,34 @@ TEST(BatchNormKernelTest, StatsMatchTheDefinitionForBothLayouts) {
   }
 }
 
+TEST(BatchNormKernelTest, TrainingForwardNormalisesAndUpdatesTheRunningStats) {
+  std::mt19937 rng(4);
+  const int64_t outer = 3, c = 4, inner = 5;
+  const double m = outer * inner, momentum = 0.3, eps = 1e-3;
+  auto x = RandomVector(outer * c * inner, &rng), w = RandomVector(c, &rng);
+  auto b = RandomVector(c, &rng), rm = RandomVector(c, &rng), rv = RandomVector(c, &rng);
+  const auto rm0 = rm, rv0 = rv;
+  std::vector<double> y(x.size()), mean(c), invstd(c), var(c);
+  BatchNormTrainingForward<double>(x.data(), w.data(), b.data(), y.data(), rm.data(), rv.data(),
+                                   momentum, eps, mean.data(), invstd.data(), outer, c, inner);
+  BatchNormStats<double>(x.data(), mean.data(), var.data(), outer, c, inner);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    EXPECT_NEAR(invstd[ch], 1 / std::sqrt(var[ch] + eps), 1e-12);
+    EXPECT_NEAR(rm[ch], (1 - momentum) * rm0[ch] + momentum * mean[ch], 1e-12);
+    EXPECT_NEAR(rv[ch], (1 - momentum) * rv0[ch] + momentum * var[ch] * m / (m - 1), 1e-12);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t e = (o * c + ch) * inner + i;
+        EXPECT_NEAR(y[e], (x[e] - mean[ch]) * invstd[ch] * w[ch] + b[ch], 1e-12);
+      }
+  }
+  // Without running stats (and without weight and bias) only y, mean and invstd are written.
+  std::vector<double> y2(x.size());
+  BatchNormTrainingForward<double>(x.data(), nullptr, nullptr, y2.data(), nullptr, nullptr,
+                                   momentum, eps, mean.data(), invstd.data(), outer, c, inner);
+  EXPECT_NEAR(y2[7], (x[7] - mean[1]) * invstd[1], 1e-12);
+}
+
 TEST(NormKernelTest, ResultsDoNotDependOnTheThreadCount) {
   std::mt19937 rng(3);
   const int64_t rows = 600, n = 700, c = 300;

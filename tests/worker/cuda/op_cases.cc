@@ -339,6 +339,38 @@ void AddNorm(std::vector<OpCase>* v) {
                   b.Backward(y);
                   b.RecordGrads();
                 }});
+  // On a GPU, training batch norm runs cuDNN for spatial inputs with a weight and our kernels
+  // otherwise (kernels/cuda/dnn.cc Note [cuDNN batch norm]); these cases take both paths.
+  struct BnCase {
+    const char* name;
+    Shape x;
+    bool weight, bias, running, strided_running;
+  };
+  for (const BnCase& k :
+       {BnCase{"batch_norm_training_weight_only", {6, 5, 11}, true, false, true, false},
+        BnCase{"batch_norm_training_no_running_stats", {9, 3, 4, 5}, true, true, false, false},
+        BnCase{"batch_norm_training_no_affine", {4, 6, 7}, false, false, true, false},
+        BnCase{"batch_norm_training_2d_strided_running", {33, 13}, true, true, true, true}}) {
+    v->push_back({k.name, false, false, [k](CaseBuilder& b) {
+                    const int64_t c = k.x[1];
+                    Tensor x = b.Input(k.x, -3, 1);
+                    Tensor w = k.weight ? b.Input({c}, 0.5, 1.5) : Tensor();
+                    Tensor bias = k.bias ? b.Input({c}) : Tensor();
+                    Tensor mean, var;
+                    if (k.running) {
+                      // Strided: every other element of a (2c) buffer.
+                      Tensor stats = b.Const({k.strided_running ? 2 * c : c}, 0.5, 2);
+                      Tensor vars = b.Const({k.strided_running ? 2 * c : c}, 0.5, 2);
+                      mean = k.strided_running ? ops::Slice(stats, 0, 0, 2 * c, 2) : stats;
+                      var = k.strided_running ? ops::Slice(vars, 0, 1, 2 * c, 2) : vars;
+                    }
+                    Tensor y = ops::BatchNorm(x, mean, var, w, bias, true, 0.3, 1e-3);
+                    b.Output("y", y);
+                    if (k.running) b.Output("running_mean", mean), b.Output("running_var", var);
+                    b.Backward(y);
+                    b.RecordGrads();
+                  }});
+  }
   for (bool training : {true, false}) {
     v->push_back({training ? "batch_norm_training" : "batch_norm_eval", false, false,
                   [training](CaseBuilder& b) {

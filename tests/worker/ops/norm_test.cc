@@ -94,6 +94,22 @@ TEST(BatchNormTest, TrainingUpdatesRunningStatsWithUnbiasedVariance) {
   EXPECT_NEAR(running_mean.item(), 0.5 * 0.25 + 0.5 * 2.5, 1e-15);
 }
 
+TEST(BatchNormTest, StridedRunningStatsAreUpdatedThroughTheView) {
+  Tensor x = FromVector<double>({1, 2, 3, 4}, {2, 1, 2});
+  Tensor stats = FromVector<double>({0, 1, 7, 7});  // running_mean = [0], running_var = [1]
+  Tensor running_mean = Slice(stats, 0, 0, 1), running_var = Slice(stats, 0, 1, 4, 4);
+  Tensor strided = Slice(FromVector<double>({0, 9, 0, 9}), 0, 0, 4, 2);  // [0, 0], stride 2
+  ASSERT_FALSE(strided.is_contiguous());
+  BatchNorm(x, running_mean, running_var, Tensor(), Tensor(), /*training=*/true);
+  ExpectNear(ToVector<double>(stats), {0.25, 0.9 + 0.1 * (5.0 / 3), 7, 7}, 1e-15);
+  // Two channels whose running mean is every other element of a buffer.
+  Tensor x2 = FromVector<double>({1, 10, 2, 20, 3, 30, 4, 40}, {4, 2});
+  const uint32_t version = strided.version();
+  BatchNorm(x2, strided, Ones({2}, Options(DType::kFloat64)), Tensor(), Tensor(), true, 0.5);
+  EXPECT_GT(strided.version(), version);
+  ExpectNear(ToVector<double>(strided), {1.25, 12.5}, 1e-15);
+}
+
 TEST(BatchNormTest, EvalModeUsesRunningStatsAndLeavesThemAlone) {
   Tensor x = FromVector<double>({1, 3, 5, 7}, {2, 2});  // (N, C) = (2, 2)
   Tensor running_mean = FromVector<double>({1, 2});
