@@ -24,7 +24,8 @@
 // steps, then S (default 10) timed ones. Note [Choosing the batch] says what --batch 0 does.
 // MFU is nanoGPT's estimate_mfu: (6 N + 12 n_layer n_embd T) * tokens/s / 989.4e12, with N
 // nanoGPT's get_num_params() (position embeddings excluded) and 989.4 TFLOP/s the H100/H200
-// dense bf16 peak.
+// dense bf16 peak. phase_ms: forward (with the loss), backward and optimizer (with zero_grad),
+// averaged over 3 more steps with the device synchronised between phases.
 //
 // Where there is no usable GPU (no libtrainyard_cuda.so, no driver, no device) it prints
 // {"skipped": "<why>"} and exits 0, so it runs anywhere. $TRAINYARD_CUDA_LIB, when unset, is set
@@ -367,8 +368,21 @@ void SetBatch(GptSetup& s, int64_t batch, ty::Generator* gen) {
   s.batch = batch;
 }
 
-// forward + loss under bf16 autocast, backward, step, zero_grad(set_to_none); the loss.
-double TrainStep(GptSetup& s) {
+// Seconds spent in each phase of a step, summed over the steps that measure them.
+struct Phases {
+  double forward = 0, backward = 0, optimizer = 0;
+};
+
+// forward + loss under bf16 autocast, backward, step, zero_grad(set_to_none); the loss. With
+// `phases`, the device is synchronised after each phase and the phase's time added there.
+double TrainStep(GptSetup& s, Phases* phases = nullptr) {
+  auto t = Clock::now();
+  auto lap = [&](double Phases::*phase) {
+    if (phases == nullptr) return;
+    ty::SynchronizeDevice(kCuda0);
+    phases->*phase += Seconds(t);
+    t = Clock::now();
+  };
   const int64_t rows = s.batch * s.config.context;
   ty::Tensor loss;
   {
@@ -377,9 +391,12 @@ double TrainStep(GptSetup& s) {
     loss = ty::ops::CrossEntropy(ty::ops::Reshape(logits, {rows, s.config.vocab_size}),
                                  ty::ops::Reshape(s.target, {rows}));
   }
+  lap(&Phases::forward);
   Must(ty::autograd::Backward(loss), "backward");
+  lap(&Phases::backward);
   s.optimizer->Step();
   s.optimizer->ZeroGrad(/*set_to_none=*/true);
+  lap(&Phases::optimizer);
   return loss.item();
 }
 
@@ -423,6 +440,10 @@ int RunGpt2(const GptFlags& f, const ty::cuda::DeviceProperties& props) {
   for (int i = 0; i < f.steps; ++i) loss = TrainStep(s);
   ty::SynchronizeDevice(kCuda0);
   const double secs = Seconds(t0);
+  // Then a few steps synchronised between phases, to say where the time goes.
+  constexpr int kPhaseSteps = 3;
+  Phases phases;
+  for (int i = 0; i < kPhaseSteps; ++i) TrainStep(s, &phases);
 
   const int64_t t = s.config.context;
   const double tokens_per_s = static_cast<double>(batch * t * f.steps) / secs;
@@ -446,6 +467,11 @@ int RunGpt2(const GptFlags& f, const ty::cuda::DeviceProperties& props) {
       {"params", s.model->NumParameters()},
       {"mfu_params", s.model->NumNonEmbeddingParameters()},
       {"loss", Round(loss, 4)},
+      {"phase_ms", ty::Json::Object({
+                       {"forward", Round(phases.forward / kPhaseSteps * 1e3, 2)},
+                       {"backward", Round(phases.backward / kPhaseSteps * 1e3, 2)},
+                       {"optimizer", Round(phases.optimizer / kPhaseSteps * 1e3, 2)},
+                   })},
   });
   if (f.batch == 0) out.Set("estimated_peak_gib", Round(estimate_gib, 3));
   PrintJson(out);

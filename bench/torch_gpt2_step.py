@@ -9,7 +9,9 @@ layers, width 768, 12 heads, context 1024, vocabulary 50257, dropout 0, bias; fo
 cross-entropy under torch.autocast('cuda', dtype=torch.bfloat16), backward, AdamW(lr 6e-4,
 weight_decay 0.1, the default foreach implementation, every parameter decayed as the engine's
 AdamW does), zero_grad(set_to_none=True), loss.item() every step, on random tokens fixed once on
-the device. 2 warm-up steps, then S (default 10) timed ones. --batch 0 (the default) tries 32,
+the device. 2 warm-up steps, then S (default 10) timed ones; phase_ms: forward (with the loss),
+backward and optimizer (with zero_grad), averaged over 3 more steps synchronised between phases.
+--batch 0 (the default) tries 32,
 16 and 8 and keeps the largest that does not run out of memory (PyTorch raises on OOM, so it can
 simply try; cuda_bench has to estimate). Pass the batch cuda_bench reports to compare like for
 like.
@@ -38,6 +40,7 @@ except ImportError:
 PEAK_BF16_FLOPS = 989.4e12  # H100/H200 SXM dense bf16
 N_LAYER, N_HEAD, N_EMBD, CONTEXT, VOCAB = 12, 12, 768, 1024, 50257
 WARMUP = 2
+PHASE_STEPS = 3  # more steps, synchronised between phases, for phase_ms
 MATMUL_WARMUP, MATMUL_ITERS = 3, 20
 
 
@@ -137,13 +140,26 @@ def make_setup(batch):
     return model, opt, x, y
 
 
-def train_step(model, opt, x, y):
+def train_step(model, opt, x, y, phases=None):
+    """One step; the loss. With `phases` (a dict of seconds), the device is synchronised after
+    forward, backward and optimizer, and each one's time added to its entry."""
+    marks = [time.perf_counter()]
+
+    def lap(name):
+        if phases is not None:
+            torch.cuda.synchronize()
+            marks.append(time.perf_counter())
+            phases[name] = phases.get(name, 0.0) + marks[-1] - marks[-2]
+
     with torch.autocast("cuda", dtype=torch.bfloat16):
         logits = model(x)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+    lap("forward")
     loss.backward()
+    lap("backward")
     opt.step()
     opt.zero_grad(set_to_none=True)
+    lap("optimizer")
     return loss.item()
 
 
@@ -180,6 +196,9 @@ def run_gpt2(requested, steps):
         loss = train_step(model, opt, x, y)
     torch.cuda.synchronize()
     secs = time.perf_counter() - t0
+    phases = {}
+    for _ in range(PHASE_STEPS):
+        train_step(model, opt, x, y, phases)
     tokens_per_s = batch * CONTEXT * steps / secs
     n_params = model.get_num_params()
     flops_per_token = 6 * n_params + 12 * N_LAYER * N_EMBD * CONTEXT
@@ -193,7 +212,9 @@ def run_gpt2(requested, steps):
         "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / gib, 3),
         "mfu": round(flops_per_token * tokens_per_s / PEAK_BF16_FLOPS, 4),
         "params": sum(p.numel() for p in model.parameters()), "mfu_params": n_params,
-        "loss": round(loss, 4), "torch": torch.__version__}), flush=True)
+        "loss": round(loss, 4),
+        "phase_ms": {k: round(v / PHASE_STEPS * 1e3, 2) for k, v in phases.items()},
+        "torch": torch.__version__}), flush=True)
 
 
 def matmul_seconds(a, b):
