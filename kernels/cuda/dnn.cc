@@ -319,16 +319,17 @@ void RunConv(Direction dir, ScalarType type, const ConvDims& d, Stream stream, c
 }
 
 // Note [cuDNN batch norm]
-// Training batch norm runs cuDNN's spatial mode over x viewed as (outer, c, inner, 1), for the
-// shapes PyTorch gives cuDNN (aten/src/ATen/native/Normalization.cpp): spatial inputs
-// (inner > 1; PyTorch keeps 2-d inputs on its own kernels), at most 880801 rows, fewer than
-// 2^31 elements (cuDNN indexes with int), an eps cuDNN allows, and a weight (bias may be null:
-// zeros are passed).
-// cuDNN saves the batch's mean and 1 / sqrt(var + eps), the same pair our kernels save, so
-// either backward takes either forward's. Other shapes, and evaluation mode (an affine map
-// with constant statistics, whose backward cuDNN does not have), run our kernels (misc.cu).
-// The spatial-persistent mode is faster on some shapes but loses accuracy on some models
-// (PyTorch's note); plain spatial keeps the CPU reference's numerics within tolerance.
+// Training batch norm runs cuDNN's spatial mode over x viewed as (outer, c, inner, 1) when x
+// has more than one value per channel and sample (inner > 1), at most 880801 rows, an element
+// count that fits cuDNN's int, an eps cuDNN allows, and a weight (a null bias becomes zeros).
+// PyTorch's rule (aten/src/ATen/native/Normalization.cpp) is close: inputs of 3 or more dims
+// with weight and bias, the same row and size limits. cuDNN saves the batch's mean and
+// 1 / sqrt(var + eps), the same pair our kernels save, so either backward takes either
+// forward's. Other shapes, a backward that does not want x's gradient (cuDNN always writes it),
+// and evaluation mode (an affine map by constant statistics, whose backward cuDNN does not
+// have) run our kernels (misc.cu). PyTorch trains in the spatial-persistent mode, faster on
+// some shapes, though its own comment reports accuracy losses on some models; plain spatial
+// keeps the CPU reference's numerics, until a GPU measures both.
 bool CudnnTakesBatchNorm(int64_t outer, int64_t c, int64_t inner, double eps, const float* weight) {
   return weight != nullptr && inner > 1 && outer >= 1 && outer <= 880801 && c >= 1 &&
          outer * c * inner < INT_MAX && eps >= CUDNN_BN_MIN_EPSILON;

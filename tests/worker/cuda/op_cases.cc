@@ -339,34 +339,57 @@ void AddNorm(std::vector<OpCase>* v) {
                   b.Backward(y);
                   b.RecordGrads();
                 }});
-  // On a GPU, training batch norm runs cuDNN for spatial inputs with a weight and our kernels
-  // otherwise (kernels/cuda/dnn.cc Note [cuDNN batch norm]); these cases take both paths.
+  // On a GPU, training batch norm runs cuDNN for inputs with more than one value per channel
+  // and sample and a weight, and our kernels otherwise (kernels/cuda/dnn.cc Note [cuDNN batch
+  // norm]); a backward without x's gradient takes our kernels after cuDNN's forward. These cases
+  // take every path: cuDNN with a zero bias, without running stats, with strided running stats,
+  // with no parameter gradient wanted; ours for no affine and for 2-d input; the mixed one.
+  enum : int {
+    kWeight = 1,
+    kBias = 2,
+    kRunning = 4,
+    kStrided = 8,
+    kFrozenX = 16,
+    kFrozenParams = 32
+  };
   struct BnCase {
     const char* name;
     Shape x;
-    bool weight, bias, running, strided_running;
+    int flags;
   };
   for (const BnCase& k :
-       {BnCase{"batch_norm_training_weight_only", {6, 5, 11}, true, false, true, false},
-        BnCase{"batch_norm_training_no_running_stats", {9, 3, 4, 5}, true, true, false, false},
-        BnCase{"batch_norm_training_no_affine", {4, 6, 7}, false, false, true, false},
-        BnCase{"batch_norm_training_2d_strided_running", {33, 13}, true, true, true, true}}) {
+       {BnCase{"batch_norm_training_weight_only", {6, 5, 11}, kWeight | kRunning},
+        BnCase{"batch_norm_training_no_running_stats", {9, 3, 4, 5}, kWeight | kBias},
+        BnCase{"batch_norm_training_strided_running",
+               {7, 5, 6},
+               kWeight | kBias | kRunning | kStrided},
+        BnCase{"batch_norm_training_frozen_params", {5, 4, 9}, kWeight | kBias | kFrozenParams},
+        BnCase{"batch_norm_training_frozen_input", {5, 4, 9}, kWeight | kBias | kFrozenX},
+        BnCase{"batch_norm_training_no_affine", {4, 6, 7}, kRunning},
+        BnCase{"batch_norm_training_2d", {33, 13}, kWeight | kBias | kRunning}}) {
     v->push_back({k.name, false, false, [k](CaseBuilder& b) {
                     const int64_t c = k.x[1];
-                    Tensor x = b.Input(k.x, -3, 1);
-                    Tensor w = k.weight ? b.Input({c}, 0.5, 1.5) : Tensor();
-                    Tensor bias = k.bias ? b.Input({c}) : Tensor();
+                    auto param = [&](bool wanted, double lo, double hi) {
+                      if (!wanted) return Tensor();
+                      return (k.flags & kFrozenParams) ? b.Const({c}, lo, hi)
+                                                       : b.Input({c}, lo, hi);
+                    };
+                    Tensor x = (k.flags & kFrozenX) ? b.Const(k.x, -3, 1) : b.Input(k.x, -3, 1);
+                    Tensor w = param(k.flags & kWeight, 0.5, 1.5);
+                    Tensor bias = param(k.flags & kBias, -1, 1);
                     Tensor mean, var;
-                    if (k.running) {
+                    if (k.flags & kRunning) {
                       // Strided: every other element of a (2c) buffer.
-                      Tensor stats = b.Const({k.strided_running ? 2 * c : c}, 0.5, 2);
-                      Tensor vars = b.Const({k.strided_running ? 2 * c : c}, 0.5, 2);
-                      mean = k.strided_running ? ops::Slice(stats, 0, 0, 2 * c, 2) : stats;
-                      var = k.strided_running ? ops::Slice(vars, 0, 1, 2 * c, 2) : vars;
+                      const bool strided = k.flags & kStrided;
+                      Tensor stats = b.Const({strided ? 2 * c : c}, 0.5, 2);
+                      Tensor vars = b.Const({strided ? 2 * c : c}, 0.5, 2);
+                      mean = strided ? ops::Slice(stats, 0, 0, 2 * c, 2) : stats;
+                      var = strided ? ops::Slice(vars, 0, 1, 2 * c, 2) : vars;
                     }
                     Tensor y = ops::BatchNorm(x, mean, var, w, bias, true, 0.3, 1e-3);
                     b.Output("y", y);
-                    if (k.running) b.Output("running_mean", mean), b.Output("running_var", var);
+                    if (mean.defined())
+                      b.Output("running_mean", mean), b.Output("running_var", var);
                     b.Backward(y);
                     b.RecordGrads();
                   }});
