@@ -26,6 +26,12 @@ void* HostBackend::Host(const void* p) {
   return reinterpret_cast<void*>((u & kDeviceTag) != 0 ? u - kDeviceTag : u);
 }
 
+namespace {
+bool IsDevice(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & HostBackend::kDeviceTag) != 0;
+}
+}  // namespace
+
 HostBackend::HostBackend(HostBackendOptions options)
     : options_(options),
       allocated_(options.device_count, 0),
@@ -139,6 +145,8 @@ HostBackend::Stream HostBackend::CreateStream(int device) {
 void HostBackend::Memcpy(void* dst, const void* src, size_t nbytes, Stream stream) {
   CheckStream(stream);
   Count("Memcpy");
+  // A copy from device memory into host memory: where the host waits for the device.
+  if (IsDevice(src) && !IsDevice(dst)) Count("Memcpy.to_host");
   if (nbytes > 0) std::memcpy(H(dst), H(src), nbytes);
 }
 

@@ -49,7 +49,8 @@ class HostBackend final : public kernels::cuda::Backend {
   ~HostBackend() override;
 
   // Kernel launches by name ("Gemm", "AttentionForward", ...; "Gemm.bf16" and "Gemm.f16" count
-  // the products on 16-bit inputs), for tests that check which path an op took.
+  // the products on 16-bit inputs; "Memcpy.to_host" the copies from device to host memory, where
+  // a real device makes the host wait), for tests that check which path an op took.
   int64_t launches(const std::string& kernel) const;
   int64_t kernel_launches() const;  // of every kernel, Memcpy excluded
   size_t allocated_bytes(int device) const;

@@ -197,8 +197,9 @@ Tensor Gpt::Forward(const Tensor& idx) {
   const int64_t t = idx.size(1);
   TY_CHECK(t >= 1 && t <= config_.context) << "GPT: cannot forward a sequence of length " << t
                                            << "; the context (block size) is " << config_.context;
-  const Tensor pos = Arange(t, Options(DType::kInt64).set_device(idx.device()));
-  Tensor x = ops::Add(wte_->Forward(idx), wpe_->Forward(pos));  // (B, T, C)
+  // Positions 0..t-1 pick wpe's first t rows: a slice, with no index tensor to build, copy to
+  // the device and check on the host.
+  Tensor x = ops::Add(wte_->Forward(idx), ops::Narrow(wpe_->weight(), 0, 0, t));  // (B, T, C)
   x = drop_->Forward(x);
   for (size_t i = 0; i < h_->size(); ++i) x = ForwardBlock(h_->at(i), x);
   return lm_head_->Forward(ln_f_->Forward(x));  // (B, T, vocab_size)

@@ -7,6 +7,7 @@
 #include "worker/ops/views.h"
 #include "worker/tensor/device_kernels.h"
 #include "worker/tensor/factories.h"
+#include "worker/tensor/views.h"
 
 namespace trainyard::ops {
 
@@ -43,12 +44,12 @@ int64_t CheckTargets(const Tensor& target_any, int64_t c, int64_t ignore_index) 
 }
 
 // The per-row losses' gradient for the backward kernel: g itself for "none", else g (0-dim)
-// spread over the rows, divided by the target count for "mean".
+// spread over the rows, divided by the target count for "mean". On g's device, without reading
+// g on the host (which would make the host wait for the device in the middle of backward).
 Tensor RowGrads(const Tensor& g, int64_t rows, Reduction red, int64_t count) {
   if (red == Reduction::kNone) return ContiguousData(g);
-  double v = g.item();
-  if (red == Reduction::kMean) v /= static_cast<double>(count);
-  return Full({rows}, v, g.options());
+  const Tensor v = red == Reduction::kMean ? MulScalar(g, 1.0 / static_cast<double>(count)) : g;
+  return ContiguousData(views::Expand(views::Unsqueeze(v, 0), {rows}));
 }
 
 // d loss / d logits: (R, C) from the saved logits, targets and row log-sum-exps.
