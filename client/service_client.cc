@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <thread>
 
 namespace trainyard::client {
 
@@ -89,33 +88,67 @@ StatusOr<std::vector<v1::WorkerInfo>> ServiceClient::ListWorkers() {
   return std::vector<v1::WorkerInfo>(resp.workers().begin(), resp.workers().end());
 }
 
+void WatchStop::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_ = true;
+  if (call_ != nullptr) call_->TryCancel();
+  cv_.notify_all();
+}
+
+bool WatchStop::Begin(grpc::ClientContext* call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  call_ = call;
+  return !stopped_;
+}
+
+void WatchStop::End() {
+  std::lock_guard<std::mutex> lock(mu_);
+  call_ = nullptr;
+}
+
+bool WatchStop::stopped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopped_;
+}
+
+bool WatchStop::WaitFor(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, d, [&] { return stopped_; });
+}
+
 Status ServiceClient::Watch(const std::string& id,
                             const std::function<bool(const v1::JobEvent&)>& on_event,
-                            std::chrono::milliseconds unavailable_for) {
+                            std::chrono::milliseconds unavailable_for, WatchStop* stop) {
+  WatchStop no_stop;
+  if (stop == nullptr) stop = &no_stop;
   auto unreachable_since = std::chrono::steady_clock::now();
   while (true) {
     grpc::ClientContext ctx;
     rpc::AddToken(&ctx, options_.token);
     v1::WatchJobRequest req;
     req.set_id(id);
+    // Stop() may cancel ctx from now on; End() below, before ctx goes, ends that.
+    if (!stop->Begin(&ctx)) return CancelledError("watch stopped");
     auto reader = stub_->WatchJob(&ctx, req);
     v1::JobEvent event;
-    bool got_any = false;
+    bool got_any = false, ended_by_caller = false;
     while (reader->Read(&event)) {
       got_any = true;
       if (!on_event(event)) {
         ctx.TryCancel();
-        reader->Finish();
-        return CancelledError("watch stopped");
+        ended_by_caller = true;
+        break;
       }
     }
     const grpc::Status s = reader->Finish();
+    stop->End();
+    if (ended_by_caller || stop->stopped()) return CancelledError("watch stopped");
     if (s.ok()) return OkStatus();
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return Named(s);
     const auto now = std::chrono::steady_clock::now();
     if (got_any) unreachable_since = now;
     if (now - unreachable_since >= unavailable_for) return Named(s);
-    std::this_thread::sleep_for(500ms);
+    if (stop->WaitFor(500ms)) return CancelledError("watch stopped");
   }
 }
 

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,7 +20,28 @@ namespace trainyard::client {
 namespace v1 = ::trainyard::v1;
 
 struct ConnectOptions : rpc::CallerOptions {  // where and how, and:
-  std::chrono::milliseconds deadline{30000};    // of each unary call
+  std::chrono::milliseconds deadline{30000};  // of each unary call
+};
+
+// Ends a Watch from another thread: Stop() cancels its call, or the wait before a retry, and
+// the Watch returns Cancelled. One per Watch; a Watch given a stopped one returns at once.
+class WatchStop {
+ public:
+  void Stop();
+
+ private:
+  friend class ServiceClient;
+  // Registers the Watch's current call; false when already stopped.
+  bool Begin(grpc::ClientContext* call);
+  void End();
+  bool stopped();
+  // Waits up to `d` or until Stop(); true when stopped.
+  bool WaitFor(std::chrono::milliseconds d);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+  grpc::ClientContext* call_ = nullptr;
 };
 
 class ServiceClient {
@@ -34,10 +57,12 @@ class ServiceClient {
   StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
 
   // Calls `on_event` with every event of the job (the current state first) until the job
-  // ends (OkStatus) or `on_event` returns false (Cancelled). While the coordinator cannot be
-  // reached it retries, for up to `unavailable_for` in a row (then Unavailable).
+  // ends (OkStatus), `on_event` returns false or `stop` is stopped (Cancelled). While the
+  // coordinator cannot be reached it retries, for up to `unavailable_for` in a row (then
+  // Unavailable).
   Status Watch(const std::string& id, const std::function<bool(const v1::JobEvent&)>& on_event,
-               std::chrono::milliseconds unavailable_for = std::chrono::seconds(60));
+               std::chrono::milliseconds unavailable_for = std::chrono::seconds(60),
+               WatchStop* stop = nullptr);
 
   const ConnectOptions& options() const { return options_; }
 

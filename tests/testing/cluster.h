@@ -62,7 +62,8 @@ inline std::string HttpGet(const std::string& address, const std::string& path) 
     const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
     if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[65536];
-      for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+      for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;)
+        out.append(buf, static_cast<size_t>(n));
     }
   }
   ::close(fd);
@@ -107,9 +108,7 @@ class Daemon {
     }
     pid_ = -1;
   }
-  bool running() {
-    return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0;
-  }
+  bool running() { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
   pid_t pid() const { return pid_; }
   std::string log() const { return ReadFile(log_); }
 
@@ -145,7 +144,7 @@ struct ClusterOptions {
   double heartbeat_timeout = 10;
   std::vector<std::string> coordinator_flags;  // e.g. TLS and tokens
   std::vector<std::string> worker_flags;
-  client::ConnectOptions connect;              // TLS and token of the test's client
+  client::ConnectOptions connect;  // TLS and token of the test's client
 };
 
 class Cluster {
@@ -167,11 +166,18 @@ class Cluster {
     const std::string ready = dir_ + "/coordinator.ready";
     ::unlink(ready.c_str());
     std::vector<std::string> argv = {std::string(TY_BIN_DIR) + "/trainyard-coordinator",
-                                     "--listen", "127.0.0.1:" + std::to_string(port_),
-                                     "--metrics-listen", "127.0.0.1:0", "--state-dir", dir_ + "/state",
-                                     "--checkpoint-root", dir_ + "/checkpoints",
-                                     "--heartbeat-timeout", std::to_string(o_.heartbeat_timeout),
-                                     "--ready-file", ready};
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port_),
+                                     "--metrics-listen",
+                                     "127.0.0.1:0",
+                                     "--state-dir",
+                                     dir_ + "/state",
+                                     "--checkpoint-root",
+                                     dir_ + "/checkpoints",
+                                     "--heartbeat-timeout",
+                                     std::to_string(o_.heartbeat_timeout),
+                                     "--ready-file",
+                                     ready};
     argv.insert(argv.end(), o_.coordinator_flags.begin(), o_.coordinator_flags.end());
     coordinator_.Start(argv, dir_ + "/coordinator.log");
     if (!WaitUntil([&] { return !ReadFile(ready).empty() || !coordinator_.running(); }, 20s) ||
@@ -195,10 +201,18 @@ class Cluster {
 
   void StartWorker(int i) {
     std::vector<std::string> argv = {std::string(TY_BIN_DIR) + "/trainyard-worker",
-                                     "--coordinator", address_, "--name", "w" + std::to_string(i),
-                                     "--cpu-slots", std::to_string(o_.slots), "--metrics-listen",
-                                     "127.0.0.1:0", "--work-dir", dir_ + "/w" + std::to_string(i),
-                                     "--grace", "5"};
+                                     "--coordinator",
+                                     address_,
+                                     "--name",
+                                     "w" + std::to_string(i),
+                                     "--cpu-slots",
+                                     std::to_string(o_.slots),
+                                     "--metrics-listen",
+                                     "127.0.0.1:0",
+                                     "--work-dir",
+                                     dir_ + "/w" + std::to_string(i),
+                                     "--grace",
+                                     "5"};
     argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
     workers_[static_cast<size_t>(i)].Start(argv, dir_ + "/w" + std::to_string(i) + ".log");
   }
@@ -245,28 +259,30 @@ class JobWatch {
  public:
   JobWatch(client::ServiceClient& c, std::string id) : id_(std::move(id)) {
     thread_ = std::thread([this, &c] {
-      Status s = c.Watch(id_, [this](const v1::JobEvent& e) {
-        std::lock_guard<std::mutex> lock(mu_);
-        events_.push_back(e);
-        cv_.notify_all();
-        return !stop_;
-      });
+      Status s = c.Watch(
+          id_,
+          [this](const v1::JobEvent& e) {
+            std::lock_guard<std::mutex> lock(mu_);
+            events_.push_back(e);
+            cv_.notify_all();
+            return true;
+          },
+          std::chrono::seconds(60), &stop_);
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
       status_ = s;
       cv_.notify_all();
     });
   }
+  // Ends the watch at once (its call is cancelled), with or without events to come.
   ~JobWatch() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
+    stop_.Stop();
     thread_.join();
   }
 
   // Waits for an event matching `match`, looking at those already seen too.
-  bool Wait(const std::function<bool(const v1::JobEvent&)>& match, std::chrono::milliseconds timeout) {
+  bool Wait(const std::function<bool(const v1::JobEvent&)>& match,
+            std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, timeout, [&] {
       for (const auto& e : events_) {
@@ -276,7 +292,8 @@ class JobWatch {
     });
   }
   bool WaitForState(v1::JobState s, std::chrono::milliseconds timeout) {
-    return Wait([&](const v1::JobEvent& e) { return e.has_state() && e.state().to() == s; }, timeout);
+    return Wait([&](const v1::JobEvent& e) { return e.has_state() && e.state().to() == s; },
+                timeout);
   }
   // Waits for the watch to end (the job ended).
   bool WaitDone(std::chrono::milliseconds timeout) {
@@ -300,8 +317,9 @@ class JobWatch {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<v1::JobEvent> events_;
-  bool done_ = false, stop_ = false;
+  bool done_ = false;
   Status status_;
+  client::WatchStop stop_;
   std::thread thread_;
 };
 
