@@ -27,7 +27,7 @@ struct DaemonOptions {
   std::string work_dir = "trainyard-worker";
   std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when stopping ranks
   int threads_per_rank = 0;                // 0: cores / cpu_slots
-  std::string ready_file;  // written with the metrics address once registered
+  std::string ready_file;                  // written with the metrics address once registered
 };
 
 // Runs until `stop` (then stops every rank, with a checkpoint) and returns the exit code.

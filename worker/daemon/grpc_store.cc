@@ -105,7 +105,8 @@ class GrpcStore final : public dist::Store {
   Status Waiting(std::chrono::milliseconds timeout, F call) {
     const auto deadline = SteadyClock::now() + timeout;
     while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
       const auto wait = std::clamp(left, 0ms, kCallWait);
       grpc::ClientContext ctx;
       Prepare(&ctx, wait + 10s);
@@ -124,8 +125,8 @@ class GrpcStore final : public dist::Store {
 
 }  // namespace
 
-std::shared_ptr<dist::Store> NewGrpcStore(std::shared_ptr<grpc::Channel> channel,
-                                          StoreScope scope, std::string token) {
+std::shared_ptr<dist::Store> NewGrpcStore(std::shared_ptr<grpc::Channel> channel, StoreScope scope,
+                                          std::string token) {
   return std::make_shared<GrpcStore>(std::move(channel), std::move(scope), std::move(token));
 }
 

@@ -20,7 +20,7 @@ struct StoreScope {
 };
 
 // `token` is sent as a bearer token when not empty. Thread-safe.
-std::shared_ptr<dist::Store> NewGrpcStore(std::shared_ptr<grpc::Channel> channel,
-                                          StoreScope scope, std::string token);
+std::shared_ptr<dist::Store> NewGrpcStore(std::shared_ptr<grpc::Channel> channel, StoreScope scope,
+                                          std::string token);
 
 }  // namespace trainyard::daemon

@@ -36,10 +36,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "rank") return daemon::RunRank();
 
-  Flags f("usage: trainyard-worker [flags]\n\nRuns the ranks the coordinator assigns to this node.\n\nflags:");
+  Flags f(
+      "usage: trainyard-worker [flags]\n\nRuns the ranks the coordinator assigns to this "
+      "node.\n\nflags:");
   rpc::AddCallerFlags(f);
   f.Value("name", "", "this worker's name, unique and stable (default: the host name)")
-      .Value("host", "", "address other nodes reach this one at (default: 127.0.0.1 for a loopback coordinator, else the host name)")
+      .Value("host", "",
+             "address other nodes reach this one at (default: 127.0.0.1 for a loopback "
+             "coordinator, else the host name)")
       .Value("cpu-slots", "1", "ranks this worker runs at once on CPUs")
       .Value("gpus", "auto", "GPU slots: auto (every visible GPU), none, or a count")
       .Value("threads-per-rank", "0", "kernel threads of each rank (0: cores / cpu-slots)")
@@ -54,7 +58,7 @@ int main(int argc, char** argv) {
   o.token = caller.token;
   o.channel = caller.channel;
   o.name = f.Get("name").empty() ? HostName() : f.Get("name");
-  o.host = !f.Get("host").empty() ? f.Get("host")
+  o.host = !f.Get("host").empty()           ? f.Get("host")
            : rpc::IsLoopback(o.coordinator) ? "127.0.0.1"
                                             : HostName();
   StatusOr<int64_t> slots = f.Int("cpu-slots", 1, 4096);

@@ -18,9 +18,9 @@ inline constexpr const char* kAttemptEnv = "TRAINYARD_ATTEMPT";
 inline constexpr const char* kSecretEnv = "TRAINYARD_SECRET";
 inline constexpr const char* kRankEnv = "TRAINYARD_RANK";
 inline constexpr const char* kWorldSizeEnv = "TRAINYARD_WORLD_SIZE";
-inline constexpr const char* kSpecEnv = "TRAINYARD_SPEC";            // path of the spec JSON
-inline constexpr const char* kReportFdEnv = "TRAINYARD_REPORT_FD";   // the report pipe's fd
-inline constexpr const char* kHostEnv = "TRAINYARD_HOST";            // address Gloo listens on
+inline constexpr const char* kSpecEnv = "TRAINYARD_SPEC";           // path of the spec JSON
+inline constexpr const char* kReportFdEnv = "TRAINYARD_REPORT_FD";  // the report pipe's fd
+inline constexpr const char* kHostEnv = "TRAINYARD_HOST";           // address Gloo listens on
 // The worker's slot the rank runs in: for a cuda job the GPU it sees (as its only device,
 // through CUDA_VISIBLE_DEVICES, before CUDA starts).
 inline constexpr const char* kSlotEnv = "TRAINYARD_SLOT";

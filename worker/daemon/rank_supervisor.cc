@@ -149,8 +149,8 @@ Status RankSupervisor::Spawn(const trainyard::v1::Assignment& a,
   r.report_fd = report[0];
   r.err_fd = err[0];
   r.last_report = r.phase_since = r.collective_since = SteadyClock::now();
-  TY_LOG(INFO) << "started rank " << p.rank() << " of " << a.job_id() << " attempt "
-               << a.attempt() << " (pid " << pid << ", slot " << p.slot() << ")";
+  TY_LOG(INFO) << "started rank " << p.rank() << " of " << a.job_id() << " attempt " << a.attempt()
+               << " (pid " << pid << ", slot " << p.slot() << ")";
   return OkStatus();
 }
 
@@ -168,8 +168,8 @@ void RankSupervisor::Stop(const std::string& job_id, int attempt, bool checkpoin
       r.kill_at = SteadyClock::now();
       r.killed = true;
     }
-    TY_LOG(INFO) << (checkpoint ? "stopping" : "killing") << " rank " << std::get<2>(key)
-                 << " of " << job_id << " attempt " << std::get<1>(key);
+    TY_LOG(INFO) << (checkpoint ? "stopping" : "killing") << " rank " << std::get<2>(key) << " of "
+                 << job_id << " attempt " << std::get<1>(key);
   }
 }
 
