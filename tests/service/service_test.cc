@@ -80,6 +80,11 @@ TEST(ServiceTest, MetricsReachWatchJobAndEveryMetricsEndpoint) {
     EXPECT_GT(e.step().step(), last);
     EXPECT_EQ(e.step().total_steps(), 60);
     EXPECT_GT(e.step().samples_per_second(), 0);
+    // The rank's tensor memory (on CPU the process's allocator): the model and optimizer state
+    // at least, with the step's peak and the reserve above them.
+    EXPECT_GT(e.step().tensor_memory_allocated_bytes(), 0);
+    EXPECT_GE(e.step().tensor_memory_peak_bytes(), e.step().tensor_memory_allocated_bytes());
+    EXPECT_GE(e.step().tensor_memory_reserved_bytes(), e.step().tensor_memory_peak_bytes());
     last = e.step().step();
     ++steps;
   }
@@ -109,6 +114,8 @@ TEST(ServiceTest, MetricsReachWatchJobAndEveryMetricsEndpoint) {
         << w.name() << text;
     EXPECT_NE(text.find("trainyard_rank_phase_seconds{"), std::string::npos) << text;
     EXPECT_NE(text.find("phase=\"allreduce_wait\""), std::string::npos) << text;
+    EXPECT_NE(text.find("trainyard_rank_tensor_memory_bytes{"), std::string::npos) << text;
+    EXPECT_NE(text.find("kind=\"peak\""), std::string::npos) << text;
     for (const char* rank : {"rank=\"0\"", "rank=\"1\""}) {
       if (text.find(rank) != std::string::npos) ranks_seen.insert(rank);
     }

@@ -56,6 +56,9 @@ std::optional<v1::MetricsReport> ToReport(const v1::RankStatus& who, const Json&
     m->set_optimizer_seconds(num("optimizer_seconds"));
     m->set_allreduce_seconds(num("allreduce_seconds"));
     m->set_allreduce_bus_bandwidth(num("allreduce_bus_bandwidth"));
+    m->set_tensor_memory_allocated_bytes(integer("memory_allocated_bytes"));
+    m->set_tensor_memory_reserved_bytes(integer("memory_reserved_bytes"));
+    m->set_tensor_memory_peak_bytes(integer("memory_peak_bytes"));
   } else if (type == "eval") {
     r.mutable_eval()->set_step(integer("step"));
     r.mutable_eval()->set_loss(num("loss"));

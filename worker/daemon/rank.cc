@@ -82,7 +82,10 @@ Json StepJson(const trainer::StepMetrics& m) {
                        {"allreduce_seconds", m.allreduce_seconds},
                        {"allreduce_bus_bandwidth", m.bus_bandwidth},
                        {"loss_scale", m.loss_scale},
-                       {"skipped", m.skipped}});
+                       {"skipped", m.skipped},
+                       {"memory_allocated_bytes", m.memory_allocated_bytes},
+                       {"memory_reserved_bytes", m.memory_reserved_bytes},
+                       {"memory_peak_bytes", m.memory_peak_bytes}});
 }
 
 // Every half second: phase, step and collective progress (Note [Naming a hung rank] in

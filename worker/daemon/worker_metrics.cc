@@ -19,6 +19,9 @@ double Number(const Json& j, const char* key) {
   return v && v->is_number() ? v->number_value() : 0;
 }
 
+// trainyard_rank_tensor_memory_bytes's kinds, each from the step report's memory_<kind>_bytes.
+constexpr const char* kMemoryKinds[] = {"allocated", "reserved", "peak"};
+
 }  // namespace
 
 WorkerMetrics::WorkerMetrics(prometheus::Registry& r, int slots)
@@ -40,6 +43,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, int slots)
       bandwidth_(Gauge(r, "trainyard_rank_allreduce_bus_bandwidth_bytes_per_second",
                        "Gradient all-reduce bus bandwidth of a rank's latest step")),
       memory_(Gauge(r, "trainyard_rank_memory_bytes", "Resident memory of a rank process")),
+      tensor_memory_(Gauge(r, "trainyard_rank_tensor_memory_bytes",
+                           "Tensor memory on a rank's training device after its latest step: in "
+                           "tensors (allocated), obtained in all (reserved), the most in tensors "
+                           "during the step (peak)")),
       steps_total_(prometheus::BuildCounter()
                        .Name("trainyard_rank_steps_total")
                        .Help("Steps reported by a rank")
@@ -65,6 +72,11 @@ void WorkerMetrics::OnStep(const trainyard::v1::RankStatus& who, const Json& m) 
   }
   step_seconds_.Add(labels).Set(total);
   bandwidth_.Add(labels).Set(Number(m, "allreduce_bus_bandwidth"));
+  for (const char* kind : kMemoryKinds) {
+    prometheus::Labels l = labels;
+    l["kind"] = kind;
+    tensor_memory_.Add(l).Set(Number(m, ("memory_" + std::string(kind) + "_bytes").c_str()));
+  }
   steps_total_.Add(labels).Increment();
 }
 
@@ -82,6 +94,11 @@ void WorkerMetrics::OnStatuses(const std::vector<trainyard::v1::RankStatus>& ran
       prometheus::Labels l = labels;
       l["phase"] = phase;
       phase_seconds_.Remove(&phase_seconds_.Add(l));
+    }
+    for (const char* kind : kMemoryKinds) {
+      prometheus::Labels l = labels;
+      l["kind"] = kind;
+      tensor_memory_.Remove(&tensor_memory_.Add(l));
     }
   }
   exported_ = std::move(now);

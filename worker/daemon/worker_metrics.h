@@ -37,6 +37,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& step_seconds_;
   prometheus::Family<prometheus::Gauge>& bandwidth_;
   prometheus::Family<prometheus::Gauge>& memory_;
+  prometheus::Family<prometheus::Gauge>& tensor_memory_;
   prometheus::Family<prometheus::Counter>& steps_total_;
   std::map<std::tuple<std::string, int, int>, bool> counted_exits_;
   std::set<std::pair<std::string, int>> exported_;  // (job, rank) with series now

@@ -35,4 +35,21 @@ Storage::~Storage() {
   }
 }
 
+MemoryStats DeviceMemoryStats(Device device) {
+  if (device.is_cpu()) {
+    const AllocatorStats s = CpuAllocator::Get().Stats();
+    return {s.allocated_bytes, s.reserved_bytes, s.peak_allocated_bytes};
+  }
+  const DeviceAllocatorStats s = CudaAllocator(device.index).Stats();
+  return {s.allocated_bytes, s.reserved_bytes, s.peak_allocated_bytes};
+}
+
+void ResetMemoryPeak(Device device) {
+  if (device.is_cpu()) {
+    CpuAllocator::Get().ResetPeak();
+  } else {
+    CudaAllocator(device.index).ResetPeak();
+  }
+}
+
 }  // namespace trainyard

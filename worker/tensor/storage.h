@@ -37,4 +37,15 @@ class Storage {
   std::atomic<uint32_t> version_{0};
 };
 
+// Tensor memory on one device, from its caching allocator: in tensors now, obtained from the
+// OS or the device in all (in tensors plus cached for reuse), and the most in tensors at any
+// moment since the last ResetMemoryPeak. The CPU's is the process's.
+struct MemoryStats {
+  int64_t allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
+};
+MemoryStats DeviceMemoryStats(Device device);  // the device must be available
+void ResetMemoryPeak(Device device);
+
 }  // namespace trainyard

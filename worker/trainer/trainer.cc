@@ -12,7 +12,6 @@
 #include "worker/autograd/grad_mode.h"
 #include "worker/data/device_copier.h"
 #include "worker/data/sampler.h"
-#include "worker/tensor/cuda_backend.h"
 #include "worker/nn/zoo.h"
 #include "worker/ops/elementwise.h"
 #include "worker/ops/loss.h"
@@ -21,6 +20,8 @@
 #include "worker/optim/adam.h"
 #include "worker/optim/clip_grad.h"
 #include "worker/optim/sgd.h"
+#include "worker/tensor/cuda_backend.h"
+#include "worker/tensor/storage.h"
 #include "worker/trainer/durable_file.h"
 
 namespace trainyard::trainer {
@@ -463,6 +464,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     const auto t0 = SteadyClock::now();
     StepMetrics m;
     m.world_size = world_size_;
+    ResetMemoryPeak(device_);
     m.lr = schedule_->LrAt(step_);
     if (optimizer_) optimizer_->set_lr(m.lr);
     if (dp_ && dp_->zero()) dp_->zero()->set_lr(m.lr);
@@ -491,6 +493,10 @@ StatusOr<TrainSummary> Trainer::Run() {
     const double seconds = SecondsSince(t0);
     m.samples_per_second = static_cast<double>(m.samples) / seconds;
     m.tokens_per_second = static_cast<double>(m.tokens) / seconds;
+    const MemoryStats memory = DeviceMemoryStats(device_);
+    m.memory_allocated_bytes = memory.allocated_bytes;
+    m.memory_reserved_bytes = memory.reserved_bytes;
+    m.memory_peak_bytes = memory.peak_allocated_bytes;
     samples_this_run += m.samples;
     ++summary.steps_this_run;
     summary.skipped_steps += m.skipped;

@@ -89,6 +89,12 @@ struct StepMetrics {
   // weights and the optimizer state did not change; the scale was lowered).
   double loss_scale = 0;
   bool skipped = false;
+  // Tensor memory on the training device (the CPU's is the process's) after the step: in
+  // tensors, obtained in all (in tensors plus the allocator's cache), and the most in tensors
+  // at any moment of the step (tensor/storage.h MemoryStats).
+  int64_t memory_allocated_bytes = 0;
+  int64_t memory_reserved_bytes = 0;
+  int64_t memory_peak_bytes = 0;
 };
 
 // One pass over (at most eval.max_batches of) the held-out split, in evaluation mode.

@@ -75,6 +75,11 @@ TEST_F(HostBackendTrainerTest, AGptTrainsOnCudaWithTheLossesOfTheCpu) {
     EXPECT_NEAR(gpu[i].loss, cpu[i].loss, 1e-4 * cpu[i].loss) << "step " << i + 1;
     EXPECT_NEAR(gpu[i].grad_norm, cpu[i].grad_norm, 1e-3 * cpu[i].grad_norm) << "step " << i + 1;
   }
+  // Tensor memory is the device's: the model and AdamW's state at least; the step's peak and
+  // the allocator's reserve above that.
+  EXPECT_GT(gpu.back().memory_allocated_bytes, 0);
+  EXPECT_GE(gpu.back().memory_peak_bytes, gpu.back().memory_allocated_bytes);
+  EXPECT_GE(gpu.back().memory_reserved_bytes, gpu.back().memory_peak_bytes);
   EXPECT_GT(backend_.kernel_launches() - launches_before, 100);
   EXPECT_GT(backend_.launches("AdamMulti"), 0) << "AdamW steps the device parameters at once";
 }

@@ -7,6 +7,7 @@
 #include "kernels/cpu/parallel.h"
 #include "worker/tensor/allocator.h"
 #include "worker/tensor/factories.h"
+#include "worker/tensor/storage.h"
 #include "worker/tensor/views.h"
 
 namespace trainyard {
@@ -91,6 +92,20 @@ TEST(AllocatorTest, StatisticsTrackAllocatedCachedAndPeak) {
   EXPECT_GE(s2.cached_bytes, static_cast<int64_t>(CpuAllocator::RoundSize(big)));
   EXPECT_GE(s2.peak_allocated_bytes - s0.allocated_bytes, static_cast<int64_t>(big));
   EXPECT_EQ(s2.reserved_bytes, s2.allocated_bytes + s2.cached_bytes);
+}
+
+TEST(MemoryStatsTest, ThePeakCoversAFreedTensorUntilReset) {
+  const Device cpu = Device::Cpu();
+  ResetMemoryPeak(cpu);
+  const MemoryStats before = DeviceMemoryStats(cpu);
+  EXPECT_EQ(before.peak_allocated_bytes, before.allocated_bytes);
+  { Tensor big = Empty({1 << 20}, Options(DType::kFloat32)); }  // 4 MiB, freed again
+  const MemoryStats after = DeviceMemoryStats(cpu);
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_GE(after.peak_allocated_bytes, before.allocated_bytes + (4 << 20));
+  EXPECT_GE(after.reserved_bytes, after.peak_allocated_bytes);  // the CPU's cache keeps it
+  ResetMemoryPeak(cpu);
+  EXPECT_EQ(DeviceMemoryStats(cpu).peak_allocated_bytes, after.allocated_bytes);
 }
 
 TEST(TensorTest, ViewsShareStorage) {
