@@ -3,12 +3,17 @@
 //
 //   cuda_bench matmul
 //   cuda_bench attention
+//   cuda_bench batchnorm
 //   cuda_bench gpt2 [--batch B] [--steps S]
 //
 // attention: GPT-2 small's causal attention, (16, 12, 1024, 64) bf16, forward + backward,
 // through the fused flash-style kernel (is_causal) and through the composed ops (the same causal
 // mask passed explicitly: batched cuBLASLt products and the fused softmax), milliseconds each,
 // so the first GPU run says which one the model should take.
+//
+// batchnorm: training batch norm (cuDNN's path, kernels/cuda/dnn.cc) forward + backward on f32
+// NCHW at ResNet-50's widest shapes, batch 32, milliseconds each (3 warm-ups, 20 timed);
+// torch_gpt2_step.py --batch-norm times F.batch_norm on the same shapes.
 //
 // matmul: C = A B for square n x n A, B on cuda:0, n in {4096, 8192}, "bf16" (bf16 tensors,
 // f32 accumulation) and "tf32" (f32 tensors; the engine's f32 product uses TF32 tensor cores).
@@ -52,6 +57,7 @@
 #include "worker/ops/elementwise.h"
 #include "worker/ops/linalg.h"
 #include "worker/ops/loss.h"
+#include "worker/ops/norm.h"
 #include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
 #include "worker/optim/adam.h"
@@ -84,6 +90,7 @@ constexpr double kPeakBf16Flops = 989.4e12;  // H100/H200 SXM dense bf16
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "cuda_bench: %s\nusage: cuda_bench matmul\n       cuda_bench attention\n       "
+               "cuda_bench batchnorm\n       "
                "cuda_bench gpt2 [--batch B] "
                "[--steps S]   (--batch 0, the default, picks 32, 16 or 8)\n",
                why.c_str());
@@ -328,6 +335,42 @@ int RunAttention(const ty::cuda::DeviceProperties& props) {
   return 0;
 }
 
+// ---- batchnorm ----
+
+// ResNet-50's batch norm shapes at batch 32 (its widest early, middle and last layers), f32.
+constexpr int64_t kBatchNormShapes[][4] = {{32, 64, 112, 112}, {32, 256, 56, 56}, {32, 2048, 7, 7}};
+
+int RunBatchNorm(const ty::cuda::DeviceProperties& props) {
+  ty::Generator gen(7);
+  const ty::TensorOptions opts = ty::Options(ty::DType::kFloat32).set_device(kCuda0);
+  for (const auto& shape : kBatchNormShapes) {
+    const int64_t c = shape[1];
+    const ty::Tensor x =
+        ty::Randn({shape[0], c, shape[2], shape[3]}, opts, &gen).set_requires_grad(true);
+    const ty::Tensor w = ty::Ones({c}, opts).set_requires_grad(true);
+    const ty::Tensor b = ty::Zeros({c}, opts).set_requires_grad(true);
+    const ty::Tensor mean = ty::Zeros({c}, opts), var = ty::Ones({c}, opts);
+    auto once = [&] {
+      const ty::Tensor y = ty::ops::BatchNorm(x, mean, var, w, b, /*training=*/true);
+      Must(ty::autograd::Backward(ty::ops::Sum(y)), "batch norm backward");
+    };
+    for (int i = 0; i < 3; ++i) once();
+    ty::SynchronizeDevice(kCuda0);
+    const auto t0 = Clock::now();
+    constexpr int kIters = 20;
+    for (int i = 0; i < kIters; ++i) once();
+    ty::SynchronizeDevice(kCuda0);
+    const std::string dims = std::to_string(shape[0]) + "x" + std::to_string(c) + "x" +
+                             std::to_string(shape[2]) + "x" + std::to_string(shape[3]);
+    PrintJson(ty::Json::Object({{"bench", "batchnorm"},
+                                {"impl", "trainyard"},
+                                {"device", props.name},
+                                {"shape", dims + " f32 training, forward+backward"},
+                                {"ms", Round(Seconds(t0) / kIters * 1e3, 3)}}));
+  }
+  return 0;
+}
+
 // The model on cuda:0 with its optimizer and a batch of tokens.
 struct GptSetup {
   ty::nn::GptConfig config;
@@ -483,7 +526,7 @@ int RunGpt2(const GptFlags& f, const ty::cuda::DeviceProperties& props) {
 int main(int argc, char** argv) {
   if (argc < 2) Usage("missing mode");
   const std::string mode = argv[1];
-  if (mode != "matmul" && mode != "attention" && mode != "gpt2") {
+  if (mode != "matmul" && mode != "attention" && mode != "batchnorm" && mode != "gpt2") {
     Usage("unknown mode \"" + mode + "\"");
   }
   if (mode != "gpt2" && argc > 2) Usage(mode + " takes no flags");
@@ -491,5 +534,6 @@ int main(int argc, char** argv) {
   ty::cuda::DeviceProperties props;
   if (!CudaReady(&props)) return 0;
   if (mode == "attention") return RunAttention(props);
+  if (mode == "batchnorm") return RunBatchNorm(props);
   return mode == "matmul" ? RunMatmul(props) : RunGpt2(flags, props);
 }

@@ -3,6 +3,7 @@
 
   torch_gpt2_step.py [--batch B] [--steps S]   GPT-2 small step (cuda_bench gpt2)
   torch_gpt2_step.py --matmul                  torch.matmul at 4096/8192, bf16 and tf32
+  torch_gpt2_step.py --batch-norm              F.batch_norm training (cuda_bench batchnorm)
 
 The step is cuda_bench's: nanoGPT's model (defined below, eager, no torch.compile) with 12
 layers, width 768, 12 heads, context 1024, vocabulary 50257, dropout 0, bias; forward and
@@ -42,6 +43,7 @@ N_LAYER, N_HEAD, N_EMBD, CONTEXT, VOCAB = 12, 12, 768, 1024, 50257
 WARMUP = 2
 PHASE_STEPS = 3  # more steps, synchronised between phases, for phase_ms
 MATMUL_WARMUP, MATMUL_ITERS = 3, 20
+BN_ITERS = 20
 
 
 class LayerNorm(nn.Module):
@@ -244,9 +246,37 @@ def run_matmul():
             del a, b
 
 
+def run_batch_norm():
+    """F.batch_norm training forward + backward at cuda_bench batchnorm's shapes."""
+    torch.manual_seed(7)
+    for shape in ((32, 64, 112, 112), (32, 256, 56, 56), (32, 2048, 7, 7)):
+        c = shape[1]
+        x = torch.randn(shape, device="cuda", requires_grad=True)
+        w = torch.ones(c, device="cuda", requires_grad=True)
+        b = torch.zeros(c, device="cuda", requires_grad=True)
+        mean, var = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+
+        def once():
+            F.batch_norm(x, mean, var, w, b, training=True).sum().backward()
+
+        for _ in range(3):
+            once()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(BN_ITERS):
+            once()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) / BN_ITERS * 1e3
+        print(json.dumps({
+            "bench": "batchnorm", "impl": "pytorch", "device": torch.cuda.get_device_name(0),
+            "shape": "x".join(map(str, shape)) + " f32 training, forward+backward",
+            "ms": round(ms, 3), "torch": torch.__version__}), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--matmul", action="store_true", help="time torch.matmul instead")
+    p.add_argument("--batch-norm", action="store_true", help="time F.batch_norm instead")
     p.add_argument("--batch", type=int, default=0, help="0: the largest of 32, 16, 8 that fits")
     p.add_argument("--steps", type=int, default=10)
     a = p.parse_args()
@@ -258,6 +288,8 @@ def main():
         return
     if a.matmul:
         run_matmul()
+    elif a.batch_norm:
+        run_batch_norm()
     else:
         run_gpt2(a.batch, a.steps)
 

@@ -67,11 +67,14 @@ done
 bench="$build/bench/cuda_bench"
 timeout 180 "$bench" matmul >"$out/matmul.jsonl" 2>"$out/matmul.err"; row "cuda_bench matmul" "rc $?"
 timeout 120 "$bench" attention >"$out/attention.jsonl" 2>"$out/attention.err"; row "cuda_bench attention" "rc $?"
+timeout 60 "$bench" batchnorm >"$out/batchnorm.jsonl" 2>"$out/batchnorm.err"; row "cuda_bench batchnorm" "rc $?"
+timeout 60 python3 bench/torch_gpt2_step.py --batch-norm >"$out/torch_batchnorm.jsonl" 2>&1
 timeout 120 python3 bench/torch_gpt2_step.py --matmul >"$out/torch_matmul.jsonl" 2>&1
 timeout 180 "$bench" gpt2 >"$out/gpt2.jsonl" 2>"$out/gpt2.err"; row "cuda_bench gpt2" "rc $?"
 timeout 180 python3 bench/torch_gpt2_step.py >"$out/torch_gpt2.jsonl" 2>&1
 row "torch gpt2" "rc $?"
 echo
-cat "$out"/matmul.jsonl "$out"/torch_matmul.jsonl "$out"/attention.jsonl "$out"/gpt2.jsonl "$out"/torch_gpt2.jsonl
+cat "$out"/matmul.jsonl "$out"/torch_matmul.jsonl "$out"/attention.jsonl "$out"/batchnorm.jsonl \
+    "$out"/torch_batchnorm.jsonl "$out"/gpt2.jsonl "$out"/torch_gpt2.jsonl
 tail -5 "$out"/gpt2.err "$out"/matmul.err 2>/dev/null
 echo "total $(( $(date +%s) - start )) s"
