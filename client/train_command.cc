@@ -78,6 +78,15 @@ std::string Grouped(double v) {
 }
 
 
+// 1536 -> "1.5 KiB", 3 << 30 -> "3.0 GiB".
+std::string Bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  return Fixed(v, u == 0 ? 0 : 1) + " " + units[u];
+}
+
 // The progress line: rewritten in place on a terminal, else printed every few seconds.
 class Progress {
  public:
@@ -115,8 +124,15 @@ class Progress {
         "  loss " + Fixed(loss_, 4) + "  lr " + ShortNumber(m.lr) + "  " + Grouped(rate) +
         (text_ ? " tokens/s" : " samples/s") + "  ETA " +
         FormatDuration(step_seconds_ * static_cast<double>(m.total_steps - m.step)) + Scaler(m) +
-        Comm(m);
+        Comm(m) + Memory(m);
     Print(line, /*keep=*/!tty_);
+  }
+
+  // Tensor memory on the training device (the GPU's, or the process's on the CPU): the most
+  // the step had in tensors, and what the caching allocator holds.
+  static std::string Memory(const trainer::StepMetrics& m) {
+    return "  memory " + Bytes(m.memory_peak_bytes) + " peak, " + Bytes(m.memory_reserved_bytes) +
+           " reserved";
   }
 
   // precision fp16: the loss scale and how many steps this run skipped for inf/NaN gradients.

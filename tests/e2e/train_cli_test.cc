@@ -18,6 +18,7 @@
 namespace trainyard {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using testing::ProcessResult;
 using testing::RunProcess;
@@ -80,6 +81,7 @@ TEST(TrainCliTest, PrintsASummaryAsJsonAndSavesACheckpoint) {
   EXPECT_TRUE(fs::exists(dir.path() + "/ckpt/step-00000060/model.safetensors"));
   EXPECT_THAT(r.err, HasSubstr("csv-test: mlp (195 parameters)"));
   EXPECT_THAT(r.err, HasSubstr("step 60/60 (100.0%)"));
+  EXPECT_THAT(r.err, ContainsRegex("memory [0-9.]+ [KMG]iB peak, [0-9.]+ [KMG]iB reserved"));
 
   // The human summary goes to stdout; the finished run resumes at its end and trains nothing.
   ProcessResult again = Train({dir.path() + "/spec.yaml"});
