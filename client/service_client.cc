@@ -97,8 +97,9 @@ void WatchStop::Stop() {
 
 bool WatchStop::Begin(grpc::ClientContext* call) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return false;  // and keeps no pointer to a call that will not be made
   call_ = call;
-  return !stopped_;
+  return true;
 }
 
 void WatchStop::End() {
@@ -148,7 +149,9 @@ Status ServiceClient::Watch(const std::string& id,
     const auto now = std::chrono::steady_clock::now();
     if (got_any) unreachable_since = now;
     if (now - unreachable_since >= unavailable_for) return Named(s);
-    if (stop->WaitFor(500ms)) return CancelledError("watch stopped");
+    if (stop->WaitFor(options_.watch_retry)) {
+      return CancelledError("watch stopped while waiting to reconnect");
+    }
   }
 }
 

@@ -19,8 +19,9 @@ namespace trainyard::client {
 
 namespace v1 = ::trainyard::v1;
 
-struct ConnectOptions : rpc::CallerOptions {  // where and how, and:
-  std::chrono::milliseconds deadline{30000};  // of each unary call
+struct ConnectOptions : rpc::CallerOptions {   // where and how, and:
+  std::chrono::milliseconds deadline{30000};   // of each unary call
+  std::chrono::milliseconds watch_retry{500};  // Watch's wait before it reconnects
 };
 
 // Ends a Watch from another thread: Stop() cancels its call, or the wait before a retry, and

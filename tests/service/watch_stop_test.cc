@@ -1,8 +1,7 @@
 // ServiceClient::Watch against a real gRPC server on loopback whose WatchJob sends the job's
-// state and then nothing, as the coordinator does for a pending job: a WatchStop ends the watch
-// at once, whether it is waiting for an event or for a coordinator to come back.
-#include "client/service_client.h"
-
+// state and then nothing, as the coordinator does for a pending job, or answers UNAVAILABLE, as
+// a coordinator shutting down does: a WatchStop ends the watch at once, whether it is waiting
+// for an event or to reconnect.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -11,16 +10,24 @@
 #include <memory>
 #include <thread>
 
+#include "client/service_client.h"
+#include "tests/testing/cluster.h"
+
 namespace trainyard::client {
 namespace {
 
 using namespace std::chrono_literals;
 
-// WatchJob: one state event, then silence until the client cancels (bounded: 30 s).
+// WatchJob: one state event, then silence until the client cancels (bounded: 30 s). Or, once
+// `unavailable` is set, UNAVAILABLE at once, counting the calls.
 class SilentCoordinator final : public v1::Coordinator::Service {
  public:
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::JobEvent>* writer) override {
+    if (unavailable) {
+      ++unavailable_calls;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutting down");
+    }
     v1::JobEvent e;
     e.set_seq(1);
     e.mutable_state()->set_to(v1::PENDING);
@@ -29,10 +36,10 @@ class SilentCoordinator final : public v1::Coordinator::Service {
     while (!ctx->IsCancelled() && std::chrono::steady_clock::now() < give_up) {
       std::this_thread::sleep_for(5ms);  // polls the cancellation; gRPC has no sync wait for it
     }
-    cancelled_ = ctx->IsCancelled();
     return grpc::Status::OK;
   }
-  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> unavailable{false};
+  std::atomic<int> unavailable_calls{0};
 };
 
 class WatchStopTest : public ::testing::Test {
@@ -50,6 +57,7 @@ class WatchStopTest : public ::testing::Test {
   std::unique_ptr<ServiceClient> Connect(int port) {
     ConnectOptions o;
     o.coordinator = "127.0.0.1:" + std::to_string(port);
+    o.watch_retry = 60s;  // longer than any wait below: only a stop ends the wait to reconnect
     auto c = ServiceClient::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *std::move(c) : nullptr;
@@ -81,8 +89,6 @@ TEST_F(WatchStopTest, StopEndsAWatchThatWaitsForEvents) {
   stop.Stop();
   ASSERT_EQ(watch.wait_for(10s), std::future_status::ready) << "the watch did not stop";
   EXPECT_EQ(watch.get().code(), StatusCode::kCancelled);
-  server_->Shutdown(std::chrono::system_clock::now() + 5s);
-  EXPECT_TRUE(service_.cancelled_) << "the server saw its call cancelled";
 }
 
 TEST_F(WatchStopTest, AStoppedStopEndsTheWatchBeforeItCalls) {
@@ -95,23 +101,24 @@ TEST_F(WatchStopTest, AStoppedStopEndsTheWatchBeforeItCalls) {
       "j1", [&](const v1::JobEvent&) { return ++events > 0; }, 60s, &stop);
   EXPECT_EQ(s.code(), StatusCode::kCancelled);
   EXPECT_EQ(events, 0);
+  stop.Stop();  // again: it holds nothing of the watch that ended
 }
 
-TEST_F(WatchStopTest, StopEndsAWatchWaitingForAnUnreachableCoordinator) {
-  // A port nobody listens on: the watch keeps retrying for up to a minute unless stopped.
-  const int dead_port = port_;
-  server_->Shutdown(std::chrono::system_clock::now() + 5s);
-  server_->Wait();
-  std::unique_ptr<ServiceClient> client = Connect(dead_port);
+TEST_F(WatchStopTest, StopEndsAWatchWaitingToReconnect) {
+  service_.unavailable = true;
+  std::unique_ptr<ServiceClient> client = Connect(port_);
   ASSERT_NE(client, nullptr);
   WatchStop stop;
   std::future<Status> watch = std::async(std::launch::async, [&] {
     return client->Watch(
-        "j1", [](const v1::JobEvent&) { return true; }, 60s, &stop);
+        "j1", [](const v1::JobEvent&) { return true; }, 120s, &stop);
   });
+  // Its first call was answered UNAVAILABLE: the watch now waits a minute to reconnect.
+  ASSERT_TRUE(testing::WaitUntil([&] { return service_.unavailable_calls > 0; }, 10s));
   stop.Stop();
   ASSERT_EQ(watch.wait_for(10s), std::future_status::ready) << "the watch did not stop";
   EXPECT_EQ(watch.get().code(), StatusCode::kCancelled);
+  EXPECT_EQ(service_.unavailable_calls, 1);
 }
 
 }  // namespace

@@ -49,10 +49,11 @@ class HostBackend final : public kernels::cuda::Backend {
   ~HostBackend() override;
 
   // Kernel launches by name ("Gemm", "AttentionForward", ...; "Gemm.bf16" and "Gemm.f16" count
-  // the products on 16-bit inputs; "Memcpy.to_host" the copies from device to host memory, where
-  // a real device makes the host wait), for tests that check which path an op took.
+  // the products on 16-bit inputs; "Memcpy.to_host" the copies from device to host memory and
+  // "Sync" the stream and event synchronisations, where a real device makes the host wait), for
+  // tests that check which path an op took.
   int64_t launches(const std::string& kernel) const;
-  int64_t kernel_launches() const;  // of every kernel, Memcpy excluded
+  int64_t kernel_launches() const;  // of every kernel: Memcpy and Sync excluded
   size_t allocated_bytes(int device) const;
 
   // ---- Runtime ----
@@ -68,13 +69,13 @@ class HostBackend final : public kernels::cuda::Backend {
   Stream ComputeStream(int device) override;
   Stream CreateStream(int device) override;
   void Memcpy(void* dst, const void* src, size_t nbytes, Stream stream) override;
-  void StreamSynchronize(Stream) override {}
+  void StreamSynchronize(Stream) override { Count("Sync"); }
   Event CreateEvent(int device) override;
   void DestroyEvent(Event event) override;
   void RecordEvent(Event, Stream) override {}
   void StreamWaitEvent(Stream, Event) override {}
   bool EventQuery(Event) override { return true; }
-  void EventSynchronize(Event) override {}
+  void EventSynchronize(Event) override { Count("Sync"); }
 
   // ---- Elementwise, reductions, softmax, norms, indexing, random, optimizers
   // (host_backend.cc) ----

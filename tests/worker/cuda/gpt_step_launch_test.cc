@@ -30,6 +30,7 @@ enum Phase { kForward, kBackward, kOptimizer };
 using Launches = std::map<std::string, std::array<int64_t, 3>>;
 
 constexpr const char* kKernels[] = {"Copy",
+                                    "Sync",
                                     "Memcpy.to_host",
                                     "Gemm",
                                     "Gemm.bf16",
@@ -134,13 +135,15 @@ TEST_F(GptStepLaunchTest, EveryProductRunsInBf16AndAttentionTakesTheFusedKernels
 }
 
 TEST_F(GptStepLaunchTest, TheHostWaitsOnlyToCheckTokensAndTargetsAndToReadTheLoss) {
-  for (Phase phase : {kForward, kBackward, kOptimizer}) {
-    EXPECT_EQ(PerBlock("Memcpy.to_host", phase), 0) << "phase " << phase;
+  for (const char* wait : {"Memcpy.to_host", "Sync"}) {
+    for (Phase phase : {kForward, kBackward, kOptimizer}) {
+      EXPECT_EQ(PerBlock(wait, phase), 0) << wait << " in phase " << phase;
+    }
+    const std::array<int64_t, 3>& step = (*two_)[wait];
+    EXPECT_EQ(step[kForward], 2) << wait << ": the token ids' and the targets' range checks";
+    EXPECT_EQ(step[kBackward], 0) << wait;
+    EXPECT_EQ(step[kOptimizer], 1) << wait << ": loss.item()";
   }
-  const std::array<int64_t, 3>& step = (*two_)["Memcpy.to_host"];
-  EXPECT_EQ(step[kForward], 2) << "the token ids' and the targets' range checks";
-  EXPECT_EQ(step[kBackward], 0);
-  EXPECT_EQ(step[kOptimizer], 1) << "loss.item()";
 }
 
 // Note [Copies per block]
