@@ -57,7 +57,7 @@ void Describe(const v1::Job& j) {
                 Fixed(1e3 * m.optimizer_seconds(), 1).c_str());
     const auto mib = [](int64_t bytes) { return Fixed(static_cast<double>(bytes) / (1 << 20), 0); };
     std::printf(
-        "tensors    rank 0: %s MiB in tensors, %s MiB at the step's peak, %s MiB reserved\n",
+        "tensors    rank 0: %s MiB in tensors, %s MiB at the peak, %s MiB reserved\n",
         mib(m.tensor_memory_allocated_bytes()).c_str(), mib(m.tensor_memory_peak_bytes()).c_str(),
         mib(m.tensor_memory_reserved_bytes()).c_str());
   }

@@ -46,7 +46,7 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, int slots)
       tensor_memory_(Gauge(r, "trainyard_rank_tensor_memory_bytes",
                            "Tensor memory on a rank's training device after its latest step: in "
                            "tensors (allocated), obtained in all (reserved), the most in tensors "
-                           "during the step (peak)")),
+                           "since the step before (peak)")),
       steps_total_(prometheus::BuildCounter()
                        .Name("trainyard_rank_steps_total")
                        .Help("Steps reported by a rank")

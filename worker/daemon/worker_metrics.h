@@ -1,5 +1,6 @@
 // The worker daemon's Prometheus metrics: its slots and ranks, and per rank (labels job,
-// rank) the step, loss, step time split by phase, all-reduce bandwidth and memory.
+// rank) the step, loss, step time split by phase, all-reduce bandwidth, resident memory and
+// tensor memory.
 #pragma once
 
 #include <prometheus/counter.h>

@@ -459,12 +459,12 @@ StatusOr<TrainSummary> Trainer::Run() {
   int64_t samples_this_run = 0;
   int64_t last_eval_step = -1;
   model_->Train();
+  ResetMemoryPeak(device_);  // each step's peak covers the time since the previous report
 
   while (step_ < total_steps_) {
     const auto t0 = SteadyClock::now();
     StepMetrics m;
     m.world_size = world_size_;
-    ResetMemoryPeak(device_);
     m.lr = schedule_->LrAt(step_);
     if (optimizer_) optimizer_->set_lr(m.lr);
     if (dp_ && dp_->zero()) dp_->zero()->set_lr(m.lr);
@@ -497,6 +497,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     m.memory_allocated_bytes = memory.allocated_bytes;
     m.memory_reserved_bytes = memory.reserved_bytes;
     m.memory_peak_bytes = memory.peak_allocated_bytes;
+    ResetMemoryPeak(device_);
     samples_this_run += m.samples;
     ++summary.steps_this_run;
     summary.skipped_steps += m.skipped;

@@ -91,7 +91,8 @@ struct StepMetrics {
   bool skipped = false;
   // Tensor memory on the training device (the CPU's is the process's) after the step: in
   // tensors, obtained in all (in tensors plus the allocator's cache), and the most in tensors
-  // at any moment of the step (tensor/storage.h MemoryStats).
+  // at any moment since the previous step's report, so the evaluation or checkpoint that ran
+  // between two steps counts in the later one (tensor/storage.h MemoryStats).
   int64_t memory_allocated_bytes = 0;
   int64_t memory_reserved_bytes = 0;
   int64_t memory_peak_bytes = 0;

@@ -1,7 +1,5 @@
 #include "worker/trainer/trainer.h"
 
-#include "worker/tensor/cuda_backend.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +11,7 @@
 #include "kernels/cpu/parallel.h"
 #include "tests/worker/trainer/trainer_test_util.h"
 #include "worker/data/vocabulary.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/safetensors.h"
 
 namespace trainyard::trainer {
@@ -56,18 +55,22 @@ class TrainerTest : public ::testing::Test {
   // An MLP on the CSV: 240 rows, 24 held out, batch 16 -> 14 steps per epoch.
   spec::JobSpec MlpSpec(const std::string& extra = "") {
     return ParseSpec(R"({"model": {"mlp": {"sizes": [2, 16, 4], "dropout": 0.2}},
-      "data": {"csv": {"path": ")" + csv_ + R"(", "eval_fraction": 0.1}, "num_workers": 2},
-      "optimizer": {"sgd": {"lr": 0.1, "momentum": 0.9}}, "batch_size": 16, "seed": 5)" + extra + "}");
+      "data": {"csv": {"path": ")" +
+                     csv_ + R"(", "eval_fraction": 0.1}, "num_workers": 2},
+      "optimizer": {"sgd": {"lr": 0.1, "momentum": 0.9}}, "batch_size": 16, "seed": 5)" +
+                     extra + "}");
   }
 
   // A tiny GPT on the text, with dropout, AdamW and a cosine schedule.
   spec::JobSpec GptSpec(const std::string& extra = "") {
     return ParseSpec(R"({"model": {"gpt": {"context": 16, "n_layer": 1, "n_head": 2,
                                             "n_embd": 16, "dropout": 0.1}},
-      "data": {"text": {"path": ")" + text_ + R"("}},
+      "data": {"text": {"path": ")" +
+                     text_ + R"("}},
       "optimizer": {"adamw": {"lr": 0.01}}, "schedule": {"cosine": {"warmup_steps": 3}},
       "grad_clip_norm": 1.0, "batch_size": 4, "steps": 12, "seed": 3,
-      "eval": {"max_batches": 2})" + extra + "}");
+      "eval": {"max_batches": 2})" +
+                     extra + "}");
   }
 
   TempDir dir_;
@@ -139,6 +142,24 @@ TEST_F(TrainerTest, TrainsAnMlpOnCsvAndEvaluatesOnTheHeldOutRows) {
   EXPECT_FALSE(summary->interrupted);
 }
 
+TEST_F(TrainerTest, EachStepReportsTheTensorMemoryPeakSinceTheStepBefore) {
+  constexpr int64_t kBig = int64_t{64} << 20;
+  { Tensor big = Empty({kBig / 4}, Options(DType::kFloat32)); }  // freed before the run
+  std::vector<StepMetrics> steps;
+  TrainerOptions options;
+  options.on_step = [&](const StepMetrics& m) { steps.push_back(m); };
+  StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(MlpSpec(R"(, "steps": 4)"), options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  ASSERT_EQ(steps.size(), 4u);
+  for (const StepMetrics& m : steps) {
+    EXPECT_GT(m.memory_allocated_bytes, 0) << "step " << m.step;  // the model at least
+    EXPECT_GE(m.memory_peak_bytes, m.memory_allocated_bytes) << "step " << m.step;
+    EXPECT_LT(m.memory_peak_bytes, kBig) << "step " << m.step << ": the peak is the run's own";
+    EXPECT_GE(m.memory_reserved_bytes, kBig) << "the CPU allocator keeps the freed block";
+  }
+}
+
 TEST_F(TrainerTest, GptMetricsCountTokensAndFollowTheSchedule) {
   std::vector<StepMetrics> steps;
   TrainerOptions options;
@@ -151,9 +172,9 @@ TEST_F(TrainerTest, GptMetricsCountTokensAndFollowTheSchedule) {
   ASSERT_TRUE((*trainer)->Run().ok());
   ASSERT_EQ(steps.size(), 12u);
   EXPECT_EQ(steps[0].tokens, 4 * 16);
-  EXPECT_DOUBLE_EQ(steps[0].lr, 0.01 / 4);    // warm-up: lr * (step + 1) / (warmup + 1)
-  EXPECT_DOUBLE_EQ(steps[3].lr, 0.01);        // the peak after 3 warm-up steps
-  EXPECT_LT(steps[11].lr, steps[6].lr);       // then the cosine decays
+  EXPECT_DOUBLE_EQ(steps[0].lr, 0.01 / 4);       // warm-up: lr * (step + 1) / (warmup + 1)
+  EXPECT_DOUBLE_EQ(steps[3].lr, 0.01);           // the peak after 3 warm-up steps
+  EXPECT_LT(steps[11].lr, steps[6].lr);          // then the cosine decays
   EXPECT_FALSE(std::isnan(steps[5].grad_norm));  // clipping measures the norm
 }
 
@@ -285,7 +306,8 @@ TEST_F(TrainerTest, ErrorsNameTheSpecFieldAndTheFile) {
   spec.model.mlp.sizes = {2, 16, 3};  // labels go up to 3
   trainer = Trainer::Create(spec);
   ASSERT_FALSE(trainer.ok());
-  EXPECT_THAT(std::string(trainer.status().message()), HasSubstr("outside the model's classes [0, 3)"));
+  EXPECT_THAT(std::string(trainer.status().message()),
+              HasSubstr("outside the model's classes [0, 3)"));
 
   spec = GptSpec();
   spec.model.gpt.vocab_size = 5;
