@@ -296,23 +296,30 @@ void Must(const ty::Status& st, const char* what) {
   }
 }
 
+// Milliseconds per call of `once` on cuda:0: 3 warm-up calls, then `iters` between two
+// synchronisations.
+template <typename F>
+double MeanMs(const F& once, int iters) {
+  for (int i = 0; i < 3; ++i) once();
+  ty::SynchronizeDevice(kCuda0);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) once();
+  ty::SynchronizeDevice(kCuda0);
+  return Seconds(t0) / iters * 1e3;
+}
+
 // ---- attention ----
 
 // Milliseconds of one forward + backward of causal attention, fused or composed.
 double AttentionMs(const ty::Tensor& q, const ty::Tensor& k, const ty::Tensor& v,
                    const ty::Tensor& mask, bool fused) {
-  auto once = [&] {
-    const ty::Tensor out = fused ? ty::ops::ScaledDotProductAttention(q, k, v, true)
-                                 : ty::ops::ScaledDotProductAttention(q, k, v, false, mask);
-    Must(ty::autograd::Backward(ty::ops::Sum(out)), "attention backward");
-  };
-  for (int i = 0; i < 3; ++i) once();
-  ty::SynchronizeDevice(kCuda0);
-  const auto t0 = Clock::now();
-  constexpr int kIters = 10;
-  for (int i = 0; i < kIters; ++i) once();
-  ty::SynchronizeDevice(kCuda0);
-  return Seconds(t0) / kIters * 1e3;
+  return MeanMs(
+      [&] {
+        const ty::Tensor out = fused ? ty::ops::ScaledDotProductAttention(q, k, v, true)
+                                     : ty::ops::ScaledDotProductAttention(q, k, v, false, mask);
+        Must(ty::autograd::Backward(ty::ops::Sum(out)), "attention backward");
+      },
+      10);
 }
 
 int RunAttention(const ty::cuda::DeviceProperties& props) {
@@ -350,23 +357,19 @@ int RunBatchNorm(const ty::cuda::DeviceProperties& props) {
     const ty::Tensor w = ty::Ones({c}, opts).set_requires_grad(true);
     const ty::Tensor b = ty::Zeros({c}, opts).set_requires_grad(true);
     const ty::Tensor mean = ty::Zeros({c}, opts), var = ty::Ones({c}, opts);
-    auto once = [&] {
-      const ty::Tensor y = ty::ops::BatchNorm(x, mean, var, w, b, /*training=*/true);
-      Must(ty::autograd::Backward(ty::ops::Sum(y)), "batch norm backward");
-    };
-    for (int i = 0; i < 3; ++i) once();
-    ty::SynchronizeDevice(kCuda0);
-    const auto t0 = Clock::now();
-    constexpr int kIters = 20;
-    for (int i = 0; i < kIters; ++i) once();
-    ty::SynchronizeDevice(kCuda0);
+    const double ms = MeanMs(
+        [&] {
+          const ty::Tensor y = ty::ops::BatchNorm(x, mean, var, w, b, /*training=*/true);
+          Must(ty::autograd::Backward(ty::ops::Sum(y)), "batch norm backward");
+        },
+        20);
     const std::string dims = std::to_string(shape[0]) + "x" + std::to_string(c) + "x" +
                              std::to_string(shape[2]) + "x" + std::to_string(shape[3]);
     PrintJson(ty::Json::Object({{"bench", "batchnorm"},
                                 {"impl", "trainyard"},
                                 {"device", props.name},
                                 {"shape", dims + " f32 training, forward+backward"},
-                                {"ms", Round(Seconds(t0) / kIters * 1e3, 3)}}));
+                                {"ms", Round(ms, 3)}}));
   }
   return 0;
 }
