@@ -197,10 +197,18 @@ int Workers(const std::vector<std::string>& args) {
     std::printf("%s\n", ToJsonText(all).c_str());
     return 0;
   }
-  std::printf("%-20s %-16s %-6s %5s %4s %s\n", "WORKER", "HOST", "ALIVE", "SLOTS", "USED", "METRICS");
+  // GPUS: how many and which ("2 x NVIDIA H200"); a GPU worker's slots for cuda jobs are its
+  // GPUs, its SLOTS those of CPU jobs.
+  auto gpus = [](const v1::WorkerInfo& w) {
+    if (w.gpus_size() == 0) return std::string("-");
+    return std::to_string(w.gpus_size()) + " x " + w.gpus(0).name();
+  };
+  std::printf("%-20s %-16s %-6s %5s %-22s %4s %s\n", "WORKER", "HOST", "ALIVE", "SLOTS", "GPUS",
+              "USED", "METRICS");
   for (const v1::WorkerInfo& w : *workers) {
-    std::printf("%-20s %-16s %-6s %5d %4d %s\n", w.name().c_str(), w.host().c_str(),
-                w.alive() ? "yes" : "no", w.cpu_slots(), w.slots_in_use(), w.metrics_address().c_str());
+    std::printf("%-20s %-16s %-6s %5d %-22s %4d %s\n", w.name().c_str(), w.host().c_str(),
+                w.alive() ? "yes" : "no", w.cpu_slots(), gpus(w).c_str(), w.slots_in_use(),
+                w.metrics_address().c_str());
   }
   return 0;
 }

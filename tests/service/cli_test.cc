@@ -1,7 +1,7 @@
 // The trainyard CLI against a real coordinator: submit --watch, list, describe, watch's exit
 // codes, cancel with a checkpoint, and Ctrl-C of `trainyard local`.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <filesystem>
@@ -88,6 +88,27 @@ TEST(CliTest, SubmitWatchListDescribeAndWatchExitCodes) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("w0"), std::string::npos);
   EXPECT_NE(r.out.find("w1"), std::string::npos);
+
+  // A worker with GPUs (registered here by hand: this machine has none) shows them.
+  auto channel = rpc::MakeChannel(cluster.address(), {});
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("g0");
+  reg.set_host("gpu-node");
+  for (int i = 0; i < 2; ++i) {
+    v1::Gpu* gpu = reg.add_gpus();
+    gpu->set_index(i);
+    gpu->set_name("NVIDIA H200");
+    gpu->set_memory_bytes(int64_t{141} << 30);
+  }
+  v1::RegisterWorkerResponse registered;
+  ASSERT_TRUE(v1::Worker::NewStub(*channel)->RegisterWorker(&ctx, reg, &registered).ok());
+  r = Cli(cluster, {"workers"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("g0 +gpu-node +yes +0 +2 x NVIDIA H200")) << r.out;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("w0 +[^ ]+ +yes +1 +- ")) << r.out;
 }
 
 TEST(CliTest, CancelWithACheckpointStopsEveryRankAtACommonStep) {
@@ -100,7 +121,8 @@ TEST(CliTest, CancelWithACheckpointStopsEveryRankAtACommonStep) {
       R"("optimizer":{"sgd":{}},"steps":1000000,"parallelism":{"world_size":2}})");
   ASSERT_TRUE(job.ok()) << job.status().message();
   JobWatch watch(cluster.client(), job->id());
-  ASSERT_TRUE(watch.Wait([](const v1::JobEvent& e) { return e.has_step() && e.step().step() > 10; }, 60s))
+  ASSERT_TRUE(
+      watch.Wait([](const v1::JobEvent& e) { return e.has_step() && e.step().step() > 10; }, 60s))
       << cluster.Logs();
   testing::ProcessResult r = Cli(cluster, {"cancel", job->id(), "--checkpoint"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -112,7 +134,8 @@ TEST(CliTest, CancelWithACheckpointStopsEveryRankAtACommonStep) {
   const int64_t step = std::stoll(done->checkpoint().substr(done->checkpoint().rfind("step-") + 5));
   EXPECT_GT(step, 10);
   EXPECT_TRUE(std::filesystem::exists(done->checkpoint() + "/model.safetensors"));
-  EXPECT_TRUE(testing::WaitUntil([&] { return cluster.RankPids(0).empty() && cluster.RankPids(1).empty(); }, 10s));
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] { return cluster.RankPids(0).empty() && cluster.RankPids(1).empty(); }, 10s));
   // Cancelling again is an error that says why.
   r = Cli(cluster, {"cancel", job->id()});
   EXPECT_EQ(r.exit_code, 1);
@@ -121,8 +144,8 @@ TEST(CliTest, CancelWithACheckpointStopsEveryRankAtACommonStep) {
 
 TEST(CliTest, CtrlCStopsLocalAndEverythingItStarted) {
   TempDir dir;
-  testing::Subprocess local({kTrainyard, "local", WriteSpec(dir, "interrupted", 1000000), "--workers",
-                             "2", "--state-dir", dir.File("state"), "-o", "json"});
+  testing::Subprocess local({kTrainyard, "local", WriteSpec(dir, "interrupted", 1000000),
+                             "--workers", "2", "--state-dir", dir.File("state"), "-o", "json"});
   ASSERT_TRUE(local.started());
   ASSERT_TRUE(local.WaitForStderr("SCHEDULED -> RUNNING", 60s));
   std::vector<pid_t> started;
