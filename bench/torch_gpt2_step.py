@@ -4,6 +4,7 @@
   torch_gpt2_step.py [--batch B] [--steps S]   GPT-2 small step (cuda_bench gpt2)
   torch_gpt2_step.py --matmul                  torch.matmul at 4096/8192, bf16 and tf32
   torch_gpt2_step.py --batch-norm              F.batch_norm training (cuda_bench batchnorm)
+  torch_gpt2_step.py --profile [--batch B]     GPU time per kernel over 3 steps (torch.profiler)
 
 The step is cuda_bench's: nanoGPT's model (defined below, eager, no torch.compile) with 12
 layers, width 768, 12 heads, context 1024, vocabulary 50257, dropout 0, bias; forward and
@@ -246,6 +247,21 @@ def run_matmul():
             del a, b
 
 
+def run_profile(requested):
+    """GPU time per kernel over 3 steps (torch.profiler), the 15 largest: what to compare with
+    the engine's nsys summary in gpu_check.sh."""
+    batch, (model, opt, x, y) = choose_setup(requested)
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(3):
+            train_step(model, opt, x, y)
+        torch.cuda.synchronize()
+    print(f"batch {batch}")
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=15,
+                                      max_name_column_width=60)
+    print(table)
+
+
 def run_batch_norm():
     """F.batch_norm training forward + backward at cuda_bench batchnorm's shapes."""
     torch.manual_seed(7)
@@ -277,6 +293,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--matmul", action="store_true", help="time torch.matmul instead")
     p.add_argument("--batch-norm", action="store_true", help="time F.batch_norm instead")
+    p.add_argument("--profile", action="store_true",
+                   help="print GPU time per kernel over 3 steps instead")
     p.add_argument("--batch", type=int, default=0, help="0: the largest of 32, 16, 8 that fits")
     p.add_argument("--steps", type=int, default=10)
     a = p.parse_args()
@@ -290,6 +308,8 @@ def main():
         run_matmul()
     elif a.batch_norm:
         run_batch_norm()
+    elif a.profile:
+        run_profile(a.batch)
     else:
         run_gpt2(a.batch, a.steps)
 

@@ -77,4 +77,27 @@ echo
 cat "$out"/matmul.jsonl "$out"/torch_matmul.jsonl "$out"/attention.jsonl "$out"/batchnorm.jsonl \
     "$out"/torch_batchnorm.jsonl "$out"/gpt2.jsonl "$out"/torch_gpt2.jsonl
 tail -5 "$out"/gpt2.err "$out"/matmul.err 2>/dev/null
+
+# Where a GPT-2 step's GPU time goes, kernel by kernel, on both sides: nsys over 3 engine steps
+# (when the toolkit has it) and torch.profiler over 3 PyTorch steps, at the engine's batch.
+# Last and bounded, and skipped past 6 minutes, so it never costs the figures above.
+if [ $(( $(date +%s) - start )) -lt 360 ]; then
+  batch=$(grep -o '"batch":[0-9]*' "$out/gpt2.jsonl" | head -1 | cut -d: -f2)
+  batch=${batch:-8}
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null)
+  if [ -n "$nsys" ]; then
+    timeout 150 "$nsys" profile -o "$out/gpt2" --force-overwrite true \
+        "$bench" gpt2 --batch "$batch" --steps 3 >"$out/nsys.log" 2>&1 &&
+      { "$nsys" stats --report cuda_gpu_kern_sum --format csv "$out/gpt2.nsys-rep" 2>/dev/null ||
+        "$nsys" stats --report gpukernsum --format csv "$out/gpt2.nsys-rep"; } \
+        >"$out/gpt2_kernels.csv" 2>>"$out/nsys.log"
+    echo; echo "engine kernels (nsys, 3 steps, batch $batch): top 15 by GPU time"
+    grep -v '^$' "$out/gpt2_kernels.csv" | head -16 | cut -c1-160
+  else
+    echo "no nsys: engine kernel breakdown skipped"
+  fi
+  timeout 150 python3 bench/torch_gpt2_step.py --profile --batch "$batch" \
+      >"$out/torch_kernels.txt" 2>&1
+  echo; echo "PyTorch kernels (torch.profiler, 3 steps, batch $batch):"; head -25 "$out/torch_kernels.txt"
+fi
 echo "total $(( $(date +%s) - start )) s"
