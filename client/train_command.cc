@@ -131,7 +131,7 @@ class Progress {
   // Tensor memory on the training device (the GPU's, or the process's on the CPU): the most
   // the step had in tensors, and what the caching allocator holds.
   static std::string Memory(const trainer::StepMetrics& m) {
-    return "  memory " + Bytes(m.memory_peak_bytes) + " peak, " + Bytes(m.memory_reserved_bytes) +
+    return "  memory " + Bytes(m.memory.peak_allocated_bytes) + " peak, " + Bytes(m.memory.reserved_bytes) +
            " reserved";
   }
 

@@ -355,6 +355,19 @@ struct BatchNormDescriptors {
   BatchNormDescriptors& operator=(const BatchNormDescriptors&) = delete;
 };
 
+// Runs `run(handle, descriptors)` for x (outer, c, inner) on `stream` under the device's mutex;
+// aborts naming `what`, the shape and eps when cuDNN fails.
+template <typename F>
+void RunBatchNorm(const char* what, int64_t outer, int64_t c, int64_t inner, double eps,
+                  Stream stream, const F& run) {
+  const BatchNormDescriptors desc(outer, c, inner);
+  const cudnnStatus_t st =
+      WithHandle(stream, [&](DnnDevice& dev) { return run(dev.handle, desc); });
+  TY_CHECK(st == CUDNN_STATUS_SUCCESS)
+      << what << ": cuDNN failed: " << cudnnGetErrorString(st) << " for x (" << outer << ", " << c
+      << ", " << inner << ") eps " << eps;
+}
+
 // alpha and beta are f32 for f32, bf16 and f16 data; beta 0 overwrites.
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
@@ -409,17 +422,14 @@ void CudaBackendImpl::BatchNormTrainingForward(const float* x, const float* weig
     zeros = Scratch<float>("batch_norm", c, st);
     TY_CUDA_CHECK(cudaMemsetAsync(zeros, 0, static_cast<size_t>(c) * sizeof(float), st));
   }
-  const BatchNormDescriptors desc(outer, c, inner);
-  const cudnnStatus_t status = WithHandle(stream, [&](DnnDevice& dev) {
-    return cudnnBatchNormalizationForwardTraining(dev.handle, CUDNN_BATCHNORM_SPATIAL, &kOne,
-                                                  &kZero, desc.x, x, desc.x, y, desc.channel,
-                                                  weight, bias != nullptr ? bias : zeros, momentum,
-                                                  running_mean, running_var, eps, mean, invstd);
-  });
+  RunBatchNorm("batch_norm", outer, c, inner, eps, stream,
+               [&](cudnnHandle_t h, const BatchNormDescriptors& d) {
+                 return cudnnBatchNormalizationForwardTraining(
+                     h, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, d.x, x, d.x, y, d.channel, weight,
+                     bias != nullptr ? bias : zeros, momentum, running_mean, running_var, eps, mean,
+                     invstd);
+               });
   if (zeros != nullptr) TY_CUDA_CHECK(cudaFreeAsync(zeros, st));
-  TY_CHECK(status == CUDNN_STATUS_SUCCESS)
-      << "batch_norm: cuDNN failed: " << cudnnGetErrorString(status) << " for x (" << outer << ", "
-      << c << ", " << inner << ") eps " << eps;
 }
 
 void CudaBackendImpl::BatchNormBackward(const float* x, const float* gy, const float* mean,
@@ -437,17 +447,14 @@ void CudaBackendImpl::BatchNormBackward(const float* x, const float* gy, const f
   float* scratch = nullptr;
   if (gweight == nullptr || gbias == nullptr)
     scratch = Scratch<float>("batch_norm backward", 2 * c, st);
-  const BatchNormDescriptors desc(outer, c, inner);
-  const cudnnStatus_t status = WithHandle(stream, [&](DnnDevice& dev) {
-    return cudnnBatchNormalizationBackward(
-        dev.handle, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, desc.x, x, desc.x, gy,
-        desc.x, gx, desc.channel, weight, gweight != nullptr ? gweight : scratch,
-        gbias != nullptr ? gbias : scratch + c, eps, mean, invstd);
-  });
+  RunBatchNorm("batch_norm backward", outer, c, inner, eps, stream,
+               [&](cudnnHandle_t h, const BatchNormDescriptors& d) {
+                 return cudnnBatchNormalizationBackward(
+                     h, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, d.x, x, d.x, gy, d.x,
+                     gx, d.channel, weight, gweight != nullptr ? gweight : scratch,
+                     gbias != nullptr ? gbias : scratch + c, eps, mean, invstd);
+               });
   if (scratch != nullptr) TY_CUDA_CHECK(cudaFreeAsync(scratch, st));
-  TY_CHECK(status == CUDNN_STATUS_SUCCESS)
-      << "batch_norm backward: cuDNN failed: " << cudnnGetErrorString(status) << " for x (" << outer
-      << ", " << c << ", " << inner << ") eps " << eps;
 }
 
 }  // namespace trainyard::kernels::cuda

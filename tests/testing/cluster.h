@@ -165,19 +165,16 @@ class Cluster {
   bool StartCoordinator(std::string* error) {
     const std::string ready = dir_ + "/coordinator.ready";
     ::unlink(ready.c_str());
+    // A flag and its value per line.
+    // clang-format off
     std::vector<std::string> argv = {std::string(TY_BIN_DIR) + "/trainyard-coordinator",
-                                     "--listen",
-                                     "127.0.0.1:" + std::to_string(port_),
-                                     "--metrics-listen",
-                                     "127.0.0.1:0",
-                                     "--state-dir",
-                                     dir_ + "/state",
-                                     "--checkpoint-root",
-                                     dir_ + "/checkpoints",
-                                     "--heartbeat-timeout",
-                                     std::to_string(o_.heartbeat_timeout),
-                                     "--ready-file",
-                                     ready};
+        "--listen", "127.0.0.1:" + std::to_string(port_),
+        "--metrics-listen", "127.0.0.1:0",
+        "--state-dir", dir_ + "/state",
+        "--checkpoint-root", dir_ + "/checkpoints",
+        "--heartbeat-timeout", std::to_string(o_.heartbeat_timeout),
+        "--ready-file", ready};
+    // clang-format on
     argv.insert(argv.end(), o_.coordinator_flags.begin(), o_.coordinator_flags.end());
     coordinator_.Start(argv, dir_ + "/coordinator.log");
     if (!WaitUntil([&] { return !ReadFile(ready).empty() || !coordinator_.running(); }, 20s) ||
@@ -200,19 +197,16 @@ class Cluster {
   }
 
   void StartWorker(int i) {
+    // A flag and its value per line.
+    // clang-format off
     std::vector<std::string> argv = {std::string(TY_BIN_DIR) + "/trainyard-worker",
-                                     "--coordinator",
-                                     address_,
-                                     "--name",
-                                     "w" + std::to_string(i),
-                                     "--cpu-slots",
-                                     std::to_string(o_.slots),
-                                     "--metrics-listen",
-                                     "127.0.0.1:0",
-                                     "--work-dir",
-                                     dir_ + "/w" + std::to_string(i),
-                                     "--grace",
-                                     "5"};
+        "--coordinator", address_,
+        "--name", "w" + std::to_string(i),
+        "--cpu-slots", std::to_string(o_.slots),
+        "--metrics-listen", "127.0.0.1:0",
+        "--work-dir", dir_ + "/w" + std::to_string(i),
+        "--grace", "5"};
+    // clang-format on
     argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
     workers_[static_cast<size_t>(i)].Start(argv, dir_ + "/w" + std::to_string(i) + ".log");
   }

@@ -21,16 +21,16 @@ namespace trainyard::testing {
 using namespace host_internal;  // NOLINT: H, F32, Gather, Scatter, DispatchAll
 namespace cuda = kernels::cuda;
 
-void* HostBackend::Host(const void* p) {
-  const auto u = reinterpret_cast<uintptr_t>(p);
-  return reinterpret_cast<void*>((u & kDeviceTag) != 0 ? u - kDeviceTag : u);
-}
-
 namespace {
 bool IsDevice(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & HostBackend::kDeviceTag) != 0;
 }
 }  // namespace
+
+void* HostBackend::Host(const void* p) {
+  const auto u = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<void*>(IsDevice(p) ? u - kDeviceTag : u);
+}
 
 HostBackend::HostBackend(HostBackendOptions options)
     : options_(options),

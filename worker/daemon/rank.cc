@@ -83,9 +83,9 @@ Json StepJson(const trainer::StepMetrics& m) {
                        {"allreduce_bus_bandwidth", m.bus_bandwidth},
                        {"loss_scale", m.loss_scale},
                        {"skipped", m.skipped},
-                       {"memory_allocated_bytes", m.memory_allocated_bytes},
-                       {"memory_reserved_bytes", m.memory_reserved_bytes},
-                       {"memory_peak_bytes", m.memory_peak_bytes}});
+                       {"memory_allocated_bytes", m.memory.allocated_bytes},
+                       {"memory_reserved_bytes", m.memory.reserved_bytes},
+                       {"memory_peak_bytes", m.memory.peak_allocated_bytes}});
 }
 
 // Every half second: phase, step and collective progress (Note [Naming a hung rank] in

@@ -19,8 +19,16 @@ double Number(const Json& j, const char* key) {
   return v && v->is_number() ? v->number_value() : 0;
 }
 
-// trainyard_rank_tensor_memory_bytes's kinds, each from the step report's memory_<kind>_bytes.
+// trainyard_rank_phase_seconds's phases, each from the step report's <phase>_seconds, and
+// trainyard_rank_tensor_memory_bytes's kinds, each from its memory_<kind>_bytes.
+constexpr const char* kPhases[] = {"data", "forward", "backward", "allreduce_wait", "optimizer"};
 constexpr const char* kMemoryKinds[] = {"allocated", "reserved", "peak"};
+
+// `labels` and key=value.
+prometheus::Labels With(prometheus::Labels labels, const char* key, const char* value) {
+  labels[key] = value;
+  return labels;
+}
 
 }  // namespace
 
@@ -63,19 +71,16 @@ void WorkerMetrics::OnStep(const trainyard::v1::RankStatus& who, const Json& m) 
   step_.Add(labels).Set(Number(m, "step"));
   loss_.Add(labels).Set(Number(m, "loss"));
   double total = 0;
-  for (const char* phase : {"data", "forward", "backward", "allreduce_wait", "optimizer"}) {
+  for (const char* phase : kPhases) {
     const double s = Number(m, (std::string(phase) + "_seconds").c_str());
     total += s;
-    prometheus::Labels l = labels;
-    l["phase"] = phase;
-    phase_seconds_.Add(l).Set(s);
+    phase_seconds_.Add(With(labels, "phase", phase)).Set(s);
   }
   step_seconds_.Add(labels).Set(total);
   bandwidth_.Add(labels).Set(Number(m, "allreduce_bus_bandwidth"));
   for (const char* kind : kMemoryKinds) {
-    prometheus::Labels l = labels;
-    l["kind"] = kind;
-    tensor_memory_.Add(l).Set(Number(m, ("memory_" + std::string(kind) + "_bytes").c_str()));
+    tensor_memory_.Add(With(labels, "kind", kind))
+        .Set(Number(m, ("memory_" + std::string(kind) + "_bytes").c_str()));
   }
   steps_total_.Add(labels).Increment();
 }
@@ -90,15 +95,11 @@ void WorkerMetrics::OnStatuses(const std::vector<trainyard::v1::RankStatus>& ran
       family->Remove(&family->Add(labels));
     }
     steps_total_.Remove(&steps_total_.Add(labels));
-    for (const char* phase : {"data", "forward", "backward", "allreduce_wait", "optimizer"}) {
-      prometheus::Labels l = labels;
-      l["phase"] = phase;
-      phase_seconds_.Remove(&phase_seconds_.Add(l));
+    for (const char* phase : kPhases) {
+      phase_seconds_.Remove(&phase_seconds_.Add(With(labels, "phase", phase)));
     }
     for (const char* kind : kMemoryKinds) {
-      prometheus::Labels l = labels;
-      l["kind"] = kind;
-      tensor_memory_.Remove(&tensor_memory_.Add(l));
+      tensor_memory_.Remove(&tensor_memory_.Add(With(labels, "kind", kind)));
     }
   }
   exported_ = std::move(now);

@@ -493,10 +493,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     const double seconds = SecondsSince(t0);
     m.samples_per_second = static_cast<double>(m.samples) / seconds;
     m.tokens_per_second = static_cast<double>(m.tokens) / seconds;
-    const MemoryStats memory = DeviceMemoryStats(device_);
-    m.memory_allocated_bytes = memory.allocated_bytes;
-    m.memory_reserved_bytes = memory.reserved_bytes;
-    m.memory_peak_bytes = memory.peak_allocated_bytes;
+    m.memory = DeviceMemoryStats(device_);
     ResetMemoryPeak(device_);
     samples_this_run += m.samples;
     ++summary.steps_this_run;

@@ -55,6 +55,7 @@
 #include "worker/optim/optimizer.h"
 #include "worker/optim/schedule.h"
 #include "worker/tensor/generator.h"
+#include "worker/tensor/storage.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/data_parallel.h"
 #include "worker/trainer/job_data.h"
@@ -89,13 +90,10 @@ struct StepMetrics {
   // weights and the optimizer state did not change; the scale was lowered).
   double loss_scale = 0;
   bool skipped = false;
-  // Tensor memory on the training device (the CPU's is the process's) after the step: in
-  // tensors, obtained in all (in tensors plus the allocator's cache), and the most in tensors
-  // at any moment since the previous step's report, so the evaluation or checkpoint that ran
-  // between two steps counts in the later one (tensor/storage.h MemoryStats).
-  int64_t memory_allocated_bytes = 0;
-  int64_t memory_reserved_bytes = 0;
-  int64_t memory_peak_bytes = 0;
+  // Tensor memory on the training device (the CPU's is the process's) after the step; its peak
+  // is the most since the previous step's report, so the evaluation or checkpoint that ran
+  // between two steps counts in the later one.
+  MemoryStats memory;
 };
 
 // One pass over (at most eval.max_batches of) the held-out split, in evaluation mode.

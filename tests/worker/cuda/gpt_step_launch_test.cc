@@ -99,23 +99,15 @@ Launches StepLaunches(int layers) {
 class GptStepLaunchTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    two_ = new Launches(StepLaunches(2));
-    three_ = new Launches(StepLaunches(3));
-  }
-  static void TearDownTestSuite() {
-    delete two_;
-    delete three_;
+    two_ = StepLaunches(2);
+    three_ = StepLaunches(3);
   }
   // One block's launches of `kernel` in `phase`.
   static int64_t PerBlock(const char* kernel, Phase phase) {
-    return (*three_)[kernel][phase] - (*two_)[kernel][phase];
+    return three_[kernel][phase] - two_[kernel][phase];
   }
-  static Launches* two_;
-  static Launches* three_;
+  static inline Launches two_, three_;
 };
-
-Launches* GptStepLaunchTest::two_ = nullptr;
-Launches* GptStepLaunchTest::three_ = nullptr;
 
 TEST_F(GptStepLaunchTest, EveryProductRunsInBf16AndAttentionTakesTheFusedKernels) {
   // Forward: qkv, attention projection, MLP up and down; backward: two products for each.
@@ -139,7 +131,7 @@ TEST_F(GptStepLaunchTest, TheHostWaitsOnlyToCheckTokensAndTargetsAndToReadTheLos
     for (Phase phase : {kForward, kBackward, kOptimizer}) {
       EXPECT_EQ(PerBlock(wait, phase), 0) << wait << " in phase " << phase;
     }
-    const std::array<int64_t, 3>& step = (*two_)[wait];
+    const std::array<int64_t, 3>& step = two_[wait];
     EXPECT_EQ(step[kForward], 2) << wait << ": the token ids' and the targets' range checks";
     EXPECT_EQ(step[kBackward], 0) << wait;
     EXPECT_EQ(step[kOptimizer], 1) << wait << ": loss.item()";

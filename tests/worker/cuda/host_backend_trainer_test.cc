@@ -80,10 +80,10 @@ TEST_F(HostBackendTrainerTest, StepsReportTheDevicesTensorMemory) {
   ASSERT_EQ(steps.size(), 3u);
   for (size_t i = 0; i < steps.size(); ++i) {
     // The caching allocator's reserve is all the device memory the engine holds.
-    EXPECT_EQ(steps[i].memory_reserved_bytes, static_cast<int64_t>(device_bytes[i]));
-    EXPECT_GT(steps[i].memory_allocated_bytes, 0);
-    EXPECT_GE(steps[i].memory_peak_bytes, steps[i].memory_allocated_bytes);
-    EXPECT_LE(steps[i].memory_peak_bytes, steps[i].memory_reserved_bytes);
+    EXPECT_EQ(steps[i].memory.reserved_bytes, static_cast<int64_t>(device_bytes[i]));
+    EXPECT_GT(steps[i].memory.allocated_bytes, 0);
+    EXPECT_GE(steps[i].memory.peak_allocated_bytes, steps[i].memory.allocated_bytes);
+    EXPECT_LE(steps[i].memory.peak_allocated_bytes, steps[i].memory.reserved_bytes);
   }
 }
 
