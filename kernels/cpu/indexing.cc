@@ -34,6 +34,17 @@ void ForEachIndexed(ArrayRef xa, int dim, const int64_t* index, ArrayRef ia, boo
 
 }  // namespace
 
+int64_t CheckIndices(const int64_t* index, int64_t n, const IndexCheck& check, int64_t* out) {
+  int64_t first = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = index[i];
+    const bool valid = (v >= 0 && v < check.size) || (check.has_ignore && v == check.ignore_index);
+    if (!valid && first < 0) first = i;
+    if (out != nullptr) out[i] = valid ? v : check.has_ignore ? check.ignore_index : 0;
+  }
+  return first;
+}
+
 template <typename T>
 void Gather(const T* x, ArrayRef xa, int dim, const int64_t* index, ArrayRef ia, T* out) {
   ForEachIndexed(xa, dim, index, ia, true, [&](int64_t i, int64_t off) { out[i] = x[off]; });

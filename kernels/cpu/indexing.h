@@ -7,6 +7,22 @@
 
 namespace trainyard::kernels::cpu {
 
+// A range check of int64 indices: what is valid, and what to say when a value is not. On a
+// CUDA device the check runs without the host waiting for it (kernels/cuda/backend.h
+// CheckIndices, Note [Deferred index checks] in worker/tensor/device_kernels.cc).
+struct IndexCheck {
+  const char* op = nullptr;  // the op's name, with static storage (a fault record keeps it)
+  int64_t dim = 0;           // the dim indexed, or -1 for class targets
+  int64_t size = 0;          // valid: [0, size) ...
+  bool has_ignore = false;   // ... and ignore_index, when has_ignore
+  int64_t ignore_index = 0;
+};
+
+// The position of the first of index[0, n) that `check` rejects, or -1. When `out` is not
+// null, out[i] = index[i] where valid, else the value kernels can take instead:
+// ignore_index when has_ignore, else 0.
+int64_t CheckIndices(const int64_t* index, int64_t n, const IndexCheck& check, int64_t* out);
+
 struct ArrayRef {
   int ndim = 0;
   const int64_t* sizes = nullptr;

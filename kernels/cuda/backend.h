@@ -25,6 +25,7 @@
 
 #include "common/status.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/indexing.h"
 #include "kernels/cpu/iter.h"
 #include "kernels/cpu/pool.h"
 
@@ -32,6 +33,7 @@ namespace trainyard::kernels::cuda {
 
 using cpu::BinaryOp;
 using cpu::CompareOp;
+using cpu::IndexCheck;
 using cpu::Pool2dShape;
 using cpu::StridedIter;
 using cpu::UnaryOp;
@@ -79,6 +81,14 @@ struct GemmArgs {
   GemmEpilogue epilogue;
 };
 
+// Where CheckIndices records a value it rejected: page-locked host memory (HostMalloc) that the
+// device writes and the host reads once it has waited for the stream. check.op stays null
+// until a fault; a fault recorded there is kept (the host clears the record).
+struct IndexFault {
+  IndexCheck check;
+  int64_t value = 0;
+};
+
 // One tensor of a multi-tensor AdamW step: n elements of param (f32 master weights), grad (f32),
 // exp_avg and exp_avg_sq (f32).
 struct AdamTensor {
@@ -114,7 +124,8 @@ class Backend {
   // EmptyCache for `device`): called when memory the library takes for itself (kernels'
   // scratch, the cuBLASLt and cuDNN workspaces) cannot be had, before trying once more.
   virtual void SetMemoryReleaser(void (*release)(int device)) = 0;
-  // Page-locked host memory, for asynchronous copies.
+  // Page-locked host memory, for asynchronous copies; kernels may also address it directly
+  // (unified addressing), as CheckIndices does.
   virtual Status HostMalloc(size_t nbytes, void** out) = 0;
   virtual void HostFree(void* ptr) = 0;
   // The device's compute stream: one non-blocking stream per device, where every op runs.
@@ -183,11 +194,16 @@ class Backend {
 
   // ---- Indexing, random, optimizers ----
   // out[i, :] = x[index[i], :]; and its backward out[index[i], :] += src[i, :] (atomics: the
-  // order of additions is not fixed).
+  // order of additions is not fixed; not bf16 or f16, whose sums would round at every add).
   virtual void IndexRows(ScalarType type, const void* x, int64_t row, const int64_t* index,
                          int64_t n, void* out, Stream stream) = 0;
   virtual void IndexAddRows(ScalarType type, void* out, int64_t row, const int64_t* index,
                             int64_t n, const void* src, Stream stream) = 0;
+  // kernels/cpu/indexing.h CheckIndices without a host wait: out[i] = index[i] where `check`
+  // accepts it, else the replacement that keeps the kernels given `out` in bounds; a rejected
+  // value goes to `*fault` (see IndexFault) unless a fault is recorded there already.
+  virtual void CheckIndices(const int64_t* index, int64_t n, const IndexCheck& check, int64_t* out,
+                            IndexFault* fault, Stream stream) = 0;
   // Philox fills with the CPU's counter layout (kernels/cpu/random.h): equal draws on both.
   virtual void FillUniform(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset,
                            double lo, double hi, Stream stream) = 0;
@@ -265,7 +281,7 @@ inline constexpr char kCudaLibraryName[] = "libtrainyard_cuda.so";
 inline constexpr char kCudaLibraryEnv[] = "TRAINYARD_CUDA_LIB";
 inline constexpr char kCudaEntryPoint[] = "TyCudaBackend";
 // Bump when Backend or the structs above change.
-inline constexpr int kCudaAbiVersion = 3;
+inline constexpr int kCudaAbiVersion = 4;
 
 // Returns the process-wide backend, or null with `error` set when the versions differ.
 using CudaEntryFn = Backend* (*)(int abi_version, size_t backend_size, std::string* error);

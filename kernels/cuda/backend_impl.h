@@ -77,6 +77,8 @@ class CudaBackendImpl final : public Backend {
                  void* out, Stream stream) override;
   void IndexAddRows(ScalarType type, void* out, int64_t row, const int64_t* index, int64_t n,
                     const void* src, Stream stream) override;
+  void CheckIndices(const int64_t* index, int64_t n, const IndexCheck& check, int64_t* out,
+                    IndexFault* fault, Stream stream) override;
   void FillUniform(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
                    double hi, Stream stream) override;
   void FillNormal(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset,

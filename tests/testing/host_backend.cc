@@ -410,12 +410,24 @@ void HostBackend::IndexAddRows(ScalarType type, void* out, int64_t row, const in
                                int64_t n, const void* src, Stream stream) {
   CheckStream(stream);
   CheckFloat(type, "IndexAddRows");
+  TY_CHECK(type == ScalarType::kF32) << "IndexAddRows: not on 16-bit floats (backend.h)";
   Count("IndexAddRows");
   const int64_t* idx = H(index);
   const int64_t rows = RowsReached(idx, n);
   F32 os(type, H(out), rows * row), ss(type, H(src), n * row);
   kc::IndexAddRows<float>(os.data(), row, idx, n, ss.data());
   os.Store();
+}
+
+void HostBackend::CheckIndices(const int64_t* index, int64_t n,
+                               const kernels::cuda::IndexCheck& check, int64_t* out,
+                               kernels::cuda::IndexFault* fault, Stream stream) {
+  CheckStream(stream);
+  Count("CheckIndices");
+  TY_CHECK(!IsDevice(fault)) << "CheckIndices: the fault record must be host memory";
+  const int64_t* idx = H(index);
+  const int64_t first = kc::CheckIndices(idx, n, check, H(out));
+  if (first >= 0 && fault->check.op == nullptr) *fault = {check, idx[first]};
 }
 
 void HostBackend::FillUniform(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset,

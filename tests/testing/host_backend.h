@@ -120,6 +120,8 @@ class HostBackend final : public kernels::cuda::Backend {
                  void* out, Stream stream) override;
   void IndexAddRows(ScalarType type, void* out, int64_t row, const int64_t* index, int64_t n,
                     const void* src, Stream stream) override;
+  void CheckIndices(const int64_t* index, int64_t n, const kernels::cuda::IndexCheck& check,
+                    int64_t* out, kernels::cuda::IndexFault* fault, Stream stream) override;
   void FillUniform(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
                    double hi, Stream stream) override;
   void FillNormal(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset,

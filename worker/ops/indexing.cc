@@ -14,16 +14,11 @@ namespace trainyard::ops {
 namespace kc = kernels::cpu;
 using autograd::SetHistory;
 using autograd::ShouldRecord;
+using device::IndexCheck;
 
 void CheckIndices(const Tensor& index, int64_t size, int64_t dim, const char* op_name) {
-  TY_CHECK(index.dtype() == DType::kInt64)
-      << op_name << ": indices must be int64, got " << DTypeName(index.dtype());
-  Tensor c = index.device().is_cpu() ? ContiguousData(index) : CopyToDevice(index, Device::Cpu());
-  const int64_t* p = c.data<int64_t>();
-  for (int64_t i = 0; i < c.numel(); ++i) {
-    TY_CHECK(p[i] >= 0 && p[i] < size) << op_name << ": index " << p[i]
-                                       << " is out of range for dim " << dim << " of size " << size;
-  }
+  const Tensor c = index.device().is_cpu() ? index : CopyToDevice(index, Device::Cpu());
+  device::CheckedIndices(c, IndexCheck{op_name, dim, size});
 }
 
 Tensor Cat(const std::vector<Tensor>& tensors, int64_t dim) {
@@ -136,13 +131,12 @@ Tensor IndexSelect(const Tensor& x, int64_t dim, const Tensor& index) {
   CheckFloating(x, "index_select");
   TY_CHECK(index.dim() <= 1) << "index_select: index must be 1-D, got shape " << index.shape();
   dim = WrapDim(dim, x.dim(), "index_select");
-  CheckIndices(index, x.shape()[dim], dim, "index_select");
-  Tensor idx = ContiguousData(index);
+  CheckSameDevice(x, index, "index_select");
+  Tensor idx = device::CheckedIndices(index, IndexCheck{"index_select", dim, x.size(dim)});
   Tensor front = DimToFront(x, dim);
   Shape fshape = front.shape();
   const int64_t row = fshape[0] == 0 ? 0 : front.numel() / fshape[0];
   fshape[0] = idx.numel();
-  CheckSameDevice(x, idx, "index_select");
   Tensor out_front = Empty(fshape, x.options());
   device::IndexRows(front, row, idx, out_front);
   Tensor out = ContiguousData(dim == 0 ? out_front : views::Transpose(out_front, 0, dim));
@@ -294,13 +288,12 @@ Tensor Embedding(const Tensor& weight, const Tensor& indices) {
   CheckFloating(weight, "embedding");
   TY_CHECK(weight.dim() == 2) << "embedding: weight must be (num_embeddings, dim), got "
                               << weight.shape();
-  CheckIndices(indices, weight.shape()[0], 0, "embedding");
-  Tensor idx = ContiguousData(indices);
+  CheckSameDevice(weight, indices, "embedding");
+  Tensor idx = device::CheckedIndices(indices, IndexCheck{"embedding", 0, weight.size(0)});
   Tensor w = ContiguousData(weight);
   const int64_t d = weight.shape()[1];
   Shape shape = idx.shape();
   shape.push_back(d);
-  CheckSameDevice(weight, idx, "embedding");
   Tensor out = Empty(shape, weight.options());
   device::IndexRows(w, d, idx, out);
   if (ShouldRecord({&weight})) {

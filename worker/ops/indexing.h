@@ -25,7 +25,8 @@ Tensor OneHot(const Tensor& index, int64_t num_classes);
 // weight: (V, D); indices: int64 of any shape -> (*indices.shape, D).
 Tensor Embedding(const Tensor& weight, const Tensor& indices);
 
-// TY_CHECKs that every index lies in [0, size).
+// TY_CHECKs now that every index lies in [0, size) (a CUDA index is copied to the CPU first: for
+// ops that compute on the CPU anyway; the others use device::CheckedIndices).
 void CheckIndices(const Tensor& index, int64_t size, int64_t dim, const char* op_name);
 
 }  // namespace trainyard::ops

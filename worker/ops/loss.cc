@@ -27,34 +27,33 @@ Reduction ParseReduction(const std::string& reduction, const char* op_name) {
   return Reduction::kMean;
 }
 
-// Checks every target is ignore_index or a class in [0, c); returns how many are not ignored.
-int64_t CheckTargets(const Tensor& target_any, int64_t c, int64_t ignore_index) {
-  const Tensor target =
-      target_any.device().is_cpu() ? target_any : CopyToDevice(target_any, Device::Cpu());
-  const int64_t* t = target.data<int64_t>();
-  int64_t count = 0;
-  for (int64_t i = 0; i < target.numel(); ++i) {
-    if (t[i] == ignore_index) continue;
-    TY_CHECK(t[i] >= 0 && t[i] < c)
-        << "cross_entropy: target " << t[i] << " is out of range for " << c
-        << " classes (expected 0 to " << c - 1 << ", or ignore_index " << ignore_index << ")";
-    ++count;
-  }
-  return count;
+// The targets for the kernels: each ignore_index or a class in [0, c) (device::CheckedIndices:
+// on a device, without a host wait).
+Tensor CheckedTargets(const Tensor& target, int64_t c, int64_t ignore_index) {
+  return device::CheckedIndices(target,
+                                device::IndexCheck{"cross_entropy", -1, c, true, ignore_index});
+}
+
+// How many targets are not ignore_index ("mean" divides by it), 0-dim of `dtype` on the
+// targets' device, counted there.
+Tensor TargetCount(const Tensor& target, int64_t ignore_index, DType dtype) {
+  autograd::NoGradGuard no_grad;
+  const Tensor ignore = Scalar(static_cast<double>(ignore_index), target.options());
+  return Sum(ConvertTo(Ne(target, ignore), dtype));
 }
 
 // The per-row losses' gradient for the backward kernel: g itself for "none", else g (0-dim)
 // spread over the rows, divided by the target count for "mean". On g's device, without reading
 // g on the host (which would make the host wait for the device in the middle of backward).
-Tensor RowGrads(const Tensor& g, int64_t rows, Reduction red, int64_t count) {
+Tensor RowGrads(const Tensor& g, int64_t rows, Reduction red, const Tensor& count) {
   if (red == Reduction::kNone) return ContiguousData(g);
-  const Tensor v = red == Reduction::kMean ? MulScalar(g, 1.0 / static_cast<double>(count)) : g;
+  const Tensor v = red == Reduction::kMean ? Div(g, count) : g;
   return ContiguousData(views::Expand(views::Unsqueeze(v, 0), {rows}));
 }
 
 // d loss / d logits: (R, C) from the saved logits, targets and row log-sum-exps.
 Tensor CrossEntropyRowsBackward(const Node& n, const Tensor& g, const CrossEntropyOptions& o,
-                                Reduction red, int64_t count) {
+                                Reduction red, const Tensor& count) {
   const Tensor& x = n.saved(0);
   const Tensor& t = n.saved(1);
   const Tensor& lse = n.saved(2);
@@ -71,19 +70,22 @@ Tensor CrossEntropyRowsBackward(const Node& n, const Tensor& g, const CrossEntro
 Tensor CrossEntropyRows(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o,
                         Reduction red) {
   Tensor x = ContiguousData(logits);
-  Tensor t = ContiguousData(target);
   const int64_t rows = x.size(0), c = x.size(1);
-  const int64_t count = CheckTargets(t, c, o.ignore_index);
-  CheckSameDevice(x, t, "cross_entropy");
+  CheckSameDevice(x, target, "cross_entropy");
+  Tensor t = CheckedTargets(target, c, o.ignore_index);
   const TensorOptions stats = x.options().set_dtype(device::StatsDType(x.device(), x.dtype()));
   Tensor loss = Empty({rows}, stats);
   Tensor lse = Empty({rows}, stats);
   device::CrossEntropyForward(x, t, loss, lse, rows, c, o.ignore_index, o.label_smoothing);
   Tensor out = loss;
+  Tensor count;  // of the targets not ignored, for "mean"
   if (red != Reduction::kNone) {
     autograd::NoGradGuard no_grad;
     out = Sum(loss);
-    if (red == Reduction::kMean) out = MulScalar(out, 1.0 / static_cast<double>(count));
+    if (red == Reduction::kMean) {
+      count = TargetCount(t, o.ignore_index, stats.dtype);
+      out = Div(out, count);
+    }
   }
   if (ShouldRecord({&logits})) {
     auto node = Record("NllLossBackward0", {&logits}, [o, red, count](Node& n, GradList&& g) {

@@ -2,9 +2,11 @@
 
 #include <memory>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "common/shared_library.h"
+#include "worker/tensor/device_kernels.h"
 
 namespace trainyard {
 namespace {
@@ -34,6 +36,7 @@ struct State {
   // Per device, created on first use; never destroyed (tensors may outlive static destruction).
   std::vector<std::unique_ptr<BackendRuntime>> runtimes;
   std::vector<DeviceCachingAllocator*> allocators;
+  std::vector<cuda::IndexFault*> faults;  // page-locked, from the backend's HostMalloc
 };
 
 State& GetState() {
@@ -112,7 +115,41 @@ cuda::Stream ComputeStream(Device device) {
 }
 
 void SynchronizeDevice(Device device) {
-  if (device.is_cuda()) CudaBackend().StreamSynchronize(ComputeStream(device));
+  if (!device.is_cuda()) return;
+  CudaBackend().StreamSynchronize(ComputeStream(device));
+  cuda::IndexFault* record = nullptr;
+  {
+    State& s = GetState();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (device.index < static_cast<int>(s.faults.size())) record = s.faults[device.index];
+  }
+  if (record == nullptr) return;
+  // The device wrote the record; the wait above ordered those writes before these reads.
+  const volatile cuda::IndexFault* r = record;
+  if (r->check.op == nullptr) return;
+  const cuda::IndexFault fault{
+      {r->check.op, r->check.dim, r->check.size, r->check.has_ignore, r->check.ignore_index},
+      r->value};
+  *record = cuda::IndexFault{};
+  TY_CHECK(false) << device::IndexCheckMessage(fault.check, fault.value) << " (on "
+                  << device.ToString()
+                  << ": found by a check the host did not wait for, reported at the next wait)";
+}
+
+cuda::IndexFault* IndexFaultRecord(Device device) {
+  TY_CHECK(device.is_cuda()) << "IndexFaultRecord of " << device.ToString();
+  cuda::Backend& b = CudaBackend();
+  State& s = GetState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (static_cast<int>(s.faults.size()) <= device.index) s.faults.resize(device.index + 1);
+  cuda::IndexFault*& record = s.faults[device.index];
+  if (record == nullptr) {
+    void* p = nullptr;
+    const Status st = b.HostMalloc(sizeof(cuda::IndexFault), &p);
+    TY_CHECK(st.ok()) << "index checks on " << device.ToString() << ": " << st.message();
+    record = new (p) cuda::IndexFault();
+  }
+  return record;
 }
 
 cuda::ScalarType ToScalarType(DType dtype) {
@@ -146,6 +183,8 @@ void SetCudaBackendForTesting(cuda::Backend* backend) {
   for (DeviceCachingAllocator* a : s.allocators) delete a;
   s.allocators.clear();
   s.runtimes.clear();
+  // So are the fault records (kept, not freed: the old backend may be gone).
+  s.faults.clear();
 }
 
 }  // namespace trainyard

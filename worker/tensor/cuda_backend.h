@@ -32,8 +32,15 @@ DeviceCachingAllocator& CudaAllocator(int device);
 // The compute stream of `device`.
 cuda::Stream ComputeStream(Device device);
 
-// Waits until every op queued on the compute stream of `device` has finished.
+// Waits until every op queued on the compute stream of `device` has finished, then fails with
+// the op, dim and value when an index check on the device rejected a value meanwhile (Note
+// [Deferred index checks] in device_kernels.cc). Every host wait for the compute stream goes
+// through here.
 void SynchronizeDevice(Device device);
+
+// Where index checks on `device` record a value they reject: page-locked host memory that
+// kernels write (kernels/cuda/backend.h IndexFault), created on first use.
+cuda::IndexFault* IndexFaultRecord(Device device);
 
 cuda::ScalarType ToScalarType(DType dtype);
 

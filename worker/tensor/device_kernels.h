@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/indexing.h"
 #include "kernels/cpu/iter.h"
 #include "kernels/cpu/pool.h"
 #include "worker/tensor/tensor.h"
@@ -20,6 +22,7 @@ namespace trainyard::device {
 
 using kernels::cpu::BinaryOp;
 using kernels::cpu::CompareOp;
+using kernels::cpu::IndexCheck;
 using kernels::cpu::Pool2dShape;
 using kernels::cpu::StridedIter;
 using kernels::cpu::UnaryOp;
@@ -92,7 +95,16 @@ void BatchNormBackward(const Tensor& x, const Tensor& gy, const Tensor& mean, co
                        const Tensor& gbias, int64_t outer, int64_t c, int64_t inner, bool training,
                        double eps);
 
-// ---- Indexing (index int64, values the caller checked) ----
+// ---- Indexing (index int64, from CheckedIndices) ----
+// The indices to give IndexRows, IndexAddRows or the cross-entropy kernels, checked against
+// `check` (int64 is TY_CHECKed at once). On the CPU the check runs now (a TY_CHECK saying
+// IndexCheckMessage) and the result is `index`, contiguous. On a CUDA device the host does not
+// wait for it: the result is a copy in which each rejected value is replaced by one in bounds,
+// and the device's next SynchronizeDevice reports the rejection (Note [Deferred index checks]).
+Tensor CheckedIndices(const Tensor& index, const IndexCheck& check);
+// What a rejected value means: "embedding: index 7 is out of range for dim 0 of size 5"; for
+// class targets (dim -1) "cross_entropy: target 7 is out of range for 5 classes (...)".
+std::string IndexCheckMessage(const IndexCheck& check, int64_t value);
 void IndexRows(const Tensor& x, int64_t row, const Tensor& index, const Tensor& out);
 void IndexAddRows(const Tensor& out, int64_t row, const Tensor& index, const Tensor& src);
 

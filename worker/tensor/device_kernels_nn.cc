@@ -1,7 +1,10 @@
 // device_kernels.h: softmax, cross-entropy, normalisation, indexing, pooling.
+#include <sstream>
+
 #include "kernels/cpu/indexing.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/softmax.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/device_kernels.h"
 #include "worker/tensor/device_kernels_internal.h"
 
@@ -168,6 +171,50 @@ void BatchNormBackward(const Tensor& x, const Tensor& gy, const Tensor& mean, co
   });
 }
 
+// Note [Deferred index checks]
+// An embedding's token ids and a loss's targets live on the device, so checking them on the
+// host would make it wait for the device twice a step, stalling the queue of launches behind
+// the check. On a CUDA device the check is a kernel instead (Backend::CheckIndices), as
+// PyTorch's device-side asserts are: it writes a copy of the indices in which every rejected
+// value is replaced by one in bounds (0, or ignore_index for targets), so the kernels that take
+// the copy never read or write out of bounds, and records the rejected value, with the check
+// that rejected it, in a page-locked record of the device (IndexFaultRecord). Every host wait
+// for the compute stream goes through SynchronizeDevice, which reads the record and fails
+// with the same message the CPU gives at once, so a bad id stops the job at the next wait: in
+// training, the step's loss.item(), before anything reaches a checkpoint.
+Tensor CheckedIndices(const Tensor& index, const IndexCheck& check) {
+  TY_CHECK(index.dtype() == DType::kInt64)
+      << check.op << ": indices must be int64, got " << DTypeName(index.dtype());
+  Tensor idx = ContiguousData(index);
+  const int64_t n = idx.numel();
+  if (idx.device().is_cpu()) {
+    const int64_t bad = kc::CheckIndices(idx.data<int64_t>(), n, check, nullptr);
+    TY_CHECK(bad < 0) << IndexCheckMessage(check, idx.data<int64_t>()[bad]);
+    return idx;
+  }
+  TY_CHECK(n == 0 || check.size > 0 || check.has_ignore)
+      << check.op << ": dim " << check.dim << " has size 0, so none of " << n
+      << " indices is in range";
+  Tensor out = Empty(idx.shape(), idx.options());
+  B().CheckIndices(idx.data<int64_t>(), n, check, out.data<int64_t>(),
+                   IndexFaultRecord(idx.device()), S(idx));
+  return out;
+}
+
+std::string IndexCheckMessage(const IndexCheck& check, int64_t value) {
+  std::ostringstream m;
+  if (check.dim >= 0) {
+    m << check.op << ": index " << value << " is out of range for dim " << check.dim << " of size "
+      << check.size;
+  } else {
+    m << check.op << ": target " << value << " is out of range for " << check.size
+      << " classes (expected 0 to " << check.size - 1;
+    if (check.has_ignore) m << ", or ignore_index " << check.ignore_index;
+    m << ")";
+  }
+  return m.str();
+}
+
 void IndexRows(const Tensor& x, int64_t row, const Tensor& index, const Tensor& out) {
   if (x.device().is_cuda()) {
     B().IndexRows(T(x), x.raw_data(), row, index.data<int64_t>(), index.numel(), out.raw_data(),
@@ -181,6 +228,15 @@ void IndexRows(const Tensor& x, int64_t row, const Tensor& index, const Tensor& 
 }
 
 void IndexAddRows(const Tensor& out, int64_t row, const Tensor& index, const Tensor& src) {
+  if (out.device().is_cuda() &&
+      (out.dtype() == DType::kBFloat16 || out.dtype() == DType::kFloat16)) {
+    // The kernel's atomics would round bf16/f16 sums at every add, so that a row gathered
+    // often stops growing: sum in f32 and round once, as the CPU does.
+    Tensor sum = ConvertTo(out, DType::kFloat32);
+    IndexAddRows(sum, row, index, ConvertTo(src, DType::kFloat32));
+    CopyInto(out, sum);
+    return;
+  }
   if (out.device().is_cuda()) {
     B().IndexAddRows(T(out), out.raw_data(), row, index.data<int64_t>(), index.numel(),
                      src.raw_data(), S(out));

@@ -127,7 +127,7 @@ void CopyAcrossDevices(const Tensor& dst, const Tensor& src) {
   const Device gpu = dst.device().is_cpu() ? src.device() : dst.device();
   cuda::Stream stream = ComputeStream(gpu);
   CudaBackend().Memcpy(d.raw_data(), s.raw_data(), d.numel() * ElementSize(d.dtype()), stream);
-  if (dst.device().is_cpu()) CudaBackend().StreamSynchronize(stream);
+  if (dst.device().is_cpu()) SynchronizeDevice(gpu);
   if (d.impl() != dst.impl()) CopyInto(dst, d);
 }
 

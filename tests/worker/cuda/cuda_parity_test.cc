@@ -12,7 +12,9 @@
 #include <string>
 
 #include "tests/worker/cuda/op_cases.h"
+#include "worker/ops/indexing.h"
 #include "worker/tensor/cuda_backend.h"
+#include "worker/tensor/factories.h"
 
 namespace trainyard::testing {
 namespace {
@@ -108,6 +110,19 @@ TEST_F(CudaParityTest, DeviceReportsItsProperties) {
   EXPECT_GT(props.total_memory, 0);
   std::printf("cuda:0 is %s (sm_%d%d, %lld MiB)\n", props.name.c_str(), props.major, props.minor,
               static_cast<long long>(props.total_memory >> 20));
+}
+
+// Note [Deferred index checks] on a real device: the check kernel writes the fault into
+// page-locked host memory through unified addressing, and the next wait reports it.
+TEST_F(CudaParityTest, AnOutOfRangeTokenIdIsReportedAtTheNextWait) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts CUDA afresh
+  EXPECT_DEATH(
+      {
+        const Tensor w = Zeros({5, 2}, Options(DType::kFloat32).set_device(kCuda));
+        const Tensor ids = CopyToDevice(FromVector<int64_t>({1, 9, 2}), kCuda);
+        ToVector<float>(ops::Embedding(w, ids));
+      },
+      "embedding: index 9 is out of range for dim 0 of size 5 \\(on cuda:0");
 }
 
 // Three AdamW steps: the losses within TF32's tolerance; the parameters, which Adam's

@@ -17,7 +17,9 @@
 #include "worker/nn/linear.h"
 #include "worker/ops/attention.h"
 #include "worker/ops/elementwise.h"
+#include "worker/ops/indexing.h"
 #include "worker/ops/linalg.h"
+#include "worker/ops/loss.h"
 #include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
 #include "worker/optim/adam.h"
@@ -179,6 +181,57 @@ TEST_F(HostBackendTest, DeviceMemoryFaultsWhenTheHostReadsIt) {
         (void)v;
       },
       "");
+}
+
+// ---- Index checks on the device (Note [Deferred index checks]) ----
+
+TEST_F(HostBackendTest, AnOutOfRangeTokenIdIsReportedAtTheNextWaitWithoutOneBefore) {
+  const Tensor w = ops::Reshape(Arange(10, Options(DType::kFloat32).set_device(kCuda)), {5, 2});
+  const Tensor ids = CopyToDevice(FromVector<int64_t>({1, 9, 2}), kCuda);
+  const int64_t waits = backend_.launches("Sync");
+  const Tensor e = ops::Embedding(w, ids);
+  EXPECT_EQ(backend_.launches("Sync"), waits) << "the check made the host wait";
+  EXPECT_EQ(backend_.launches("CheckIndices"), 1);
+  EXPECT_DEATH(ToVector<float>(e),
+               "embedding: index 9 is out of range for dim 0 of size 5 \\(on cuda:0: found by a "
+               "check the host did not wait for");
+}
+
+TEST_F(HostBackendTest, AnOutOfRangeTargetIsReportedAtTheLossItem) {
+  const Tensor logits = Zeros({3, 4}, Options(DType::kFloat32).set_device(kCuda));
+  const Tensor target = CopyToDevice(FromVector<int64_t>({-100, 3, 4}), kCuda);
+  const Tensor loss = ops::CrossEntropy(logits, target);
+  EXPECT_DEATH(loss.item(),
+               "cross_entropy: target 4 is out of range for 4 classes \\(expected 0 to 3, or "
+               "ignore_index -100\\) \\(on cuda:0");
+}
+
+TEST_F(HostBackendTest, OfTwoFaultsTheFirstIsReported) {
+  const Tensor w = Zeros({5, 2}, Options(DType::kFloat32).set_device(kCuda));
+  const Tensor e = ops::Embedding(w, CopyToDevice(FromVector<int64_t>({-1}), kCuda));
+  const Tensor x = ops::IndexSelect(w, 1, CopyToDevice(FromVector<int64_t>({2}), kCuda));
+  EXPECT_DEATH(ToVector<float>(x), "embedding: index -1 is out of range for dim 0 of size 5");
+}
+
+TEST_F(HostBackendTest, CrossEntropyMeanCountsTheTargetsNotIgnoredOnTheDevice) {
+  Generator gen(5);
+  const Tensor logits = Randn({4, 3}, {}, &gen);
+  const Tensor target = FromVector<int64_t>({2, -100, 0, -100});
+  const double cpu = ops::CrossEntropy(logits, target).item();
+  const int64_t waits = backend_.launches("Sync");
+  const Tensor loss = ops::CrossEntropy(CopyToDevice(logits, kCuda), CopyToDevice(target, kCuda));
+  EXPECT_EQ(backend_.launches("Sync"), waits);
+  EXPECT_NEAR(loss.item(), cpu, 1e-6);
+  // Every target ignored: 0 / 0, as PyTorch gives.
+  const Tensor none = CopyToDevice(FromVector<int64_t>({-100, -100, -100, -100}), kCuda);
+  EXPECT_TRUE(std::isnan(ops::CrossEntropy(CopyToDevice(logits, kCuda), none).item()));
+}
+
+TEST_F(HostBackendTest, IndexingADimOfSizeZeroFailsAtOnce) {
+  const Tensor w = Zeros({0, 2}, Options(DType::kFloat32).set_device(kCuda));
+  const Tensor ids = CopyToDevice(FromVector<int64_t>({0}), kCuda);
+  EXPECT_DEATH(ops::Embedding(w, ids),
+               "embedding: dim 0 has size 0, so none of 1 indices is in range");
 }
 
 TEST_F(HostBackendTest, MoveToDeviceKeepsHandlesAndMovesTheGradient) {

@@ -418,6 +418,15 @@ void AddIndexing(std::vector<OpCase>* v) {
                   b.Backward(out);
                   b.RecordGrads();
                 }});
+  // Each of two rows gathered ~1000 times, every gradient the same: a 16-bit running sum of
+  // them would stall (bf16's spacing above 256 is 2), so the sum must be kept in f32.
+  v->push_back({"embedding_rows_gathered_a_thousand_times", true, false, [](CaseBuilder& b) {
+                  Tensor w = b.Input({2, 3});
+                  Tensor out = ops::Embedding(w, b.Index({2048}, 0, 2));
+                  b.Output("out", out);
+                  b.Backward(ops::Sum(out));
+                  b.RecordGrads();
+                }});
   v->push_back({"index_select_middle_dim", true, false, [](CaseBuilder& b) {
                   Tensor x = b.Input({7, 13, 5});
                   Tensor out = ops::IndexSelect(x, 1, b.Index({9}, 0, 13));
