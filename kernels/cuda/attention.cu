@@ -19,6 +19,7 @@
 // with P = exp(scale q k^T - lse) recomputed and dS = P * (gout v^T - D).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -407,6 +408,16 @@ Dims MakeDims(int64_t l, int64_t s, int64_t e, double scale) {
 }
 
 }  // namespace
+
+bool CudaBackendImpl::AttentionFits(int device, ScalarType type, int64_t e) {
+  if (e < 1 || e > 128) return false;
+  int limit = 0;
+  TY_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int kd = e <= 32 ? 32 : e <= 64 ? 64 : 128;
+  const size_t need = std::max(
+      {ForwardSmem(kd), KeyGradSmem(kd), QueryGradSmem(kd), AttentionTensorCoresSmem(type, e)});
+  return need <= static_cast<size_t>(limit);
+}
 
 void CudaBackendImpl::AttentionForward(ScalarType type, int64_t batch, int64_t l, int64_t s,
                                        int64_t e, bool causal, double scale, const void* q,

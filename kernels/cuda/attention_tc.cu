@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
@@ -645,6 +646,12 @@ void Launch(const char* name, void (*kernel)(Params...), dim3 grid, int threads,
 }
 
 }  // namespace
+
+size_t AttentionTensorCoresSmem(ScalarType type, int64_t e) {
+  if ((type != ScalarType::kBF16 && type != ScalarType::kF16) || (e != 64 && e != 128)) return 0;
+  return e == 64 ? std::max<size_t>(FwdLayout<64>::kBytes, BwdLayout<64>::kBytes)
+                 : std::max<size_t>(FwdLayout<128>::kBytes, BwdLayout<128>::kBytes);
+}
 
 bool AttentionForwardTensorCores(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
                                  bool causal, double scale, const void* q, const void* k,

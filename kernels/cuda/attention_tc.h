@@ -20,6 +20,10 @@ bool AttentionForwardTensorCores(ScalarType type, int64_t batch, int64_t l, int6
                                  bool causal, double scale, const void* q, const void* k,
                                  const void* v, void* out, float* lse, cudaStream_t stream);
 
+// Shared memory (bytes) per block that these kernels need for `type` and head size e: the
+// larger of the forward's and the backward's, or 0 where they do not take the case.
+size_t AttentionTensorCoresSmem(ScalarType type, int64_t e);
+
 // From gout (batch, l, e): gq, gk, gv (overwritten), recomputing the probabilities from lse.
 // Allocates f32 scratch of batch * l * (e + 1) floats on `stream` (cudaMallocAsync). Returns
 // false, launching nothing, in the cases AttentionForwardTensorCores does.

@@ -255,7 +255,7 @@ class Backend {
   // softmax, nothing of size L x S written) ----
   // q: (batch, l, e), k: (batch, s, e), v: (batch, s, e), out: (batch, l, e), all contiguous of
   // `type`; lse (batch, l) f32 receives each row's log-sum-exp of the scaled scores for the
-  // backward. e is at most 128. Causal masks key j > query i (for l == s).
+  // backward. e is at most 128 (and AttentionFits). Causal masks key j > query i.
   virtual void AttentionForward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
                                 bool causal, double scale, const void* q, const void* k,
                                 const void* v, void* out, float* lse, Stream stream) = 0;
@@ -264,6 +264,10 @@ class Backend {
                                  bool causal, double scale, const void* q, const void* k,
                                  const void* v, const void* out, const float* lse, const void* gout,
                                  void* gq, void* gk, void* gv, Stream stream) = 0;
+  // Whether the fused kernels take head size e for `type` on `device`: e in [1, 128] and their
+  // shared memory within the device's per-block limit (GPUs of compute capability 8.6 and 8.9
+  // allow 99 KiB, less than the f32 kernels need at e > 64).
+  virtual bool AttentionFits(int device, ScalarType type, int64_t e) = 0;
 
   // ---- cuBLASLt, cuDNN ----
   virtual void Gemm(const GemmArgs& args, Stream stream) = 0;

@@ -120,6 +120,7 @@ class CudaBackendImpl final : public Backend {
                          bool causal, double scale, const void* q, const void* k, const void* v,
                          const void* out, const float* lse, const void* gout, void* gq, void* gk,
                          void* gv, Stream stream) override;
+  bool AttentionFits(int device, ScalarType type, int64_t e) override;
   void Gemm(const GemmArgs& args, Stream stream) override;
   void ConvForward(ScalarType type, const ConvDims& d, const void* x, const void* w, void* y,
                    Stream stream) override;

@@ -1,7 +1,8 @@
 // CudaBackendImpl's convolutions and training batch norm through cuDNN's legacy API.
 // Convolutions: forward, backward data and backward filter over contiguous NCHW arrays
 // (backend.h ConvDims; semantics of kernels/cpu/conv.h: cross-correlation, weight
-// (k, c / groups, r, s)). Outputs are overwritten (beta = 0). Batch norm: Note [cuDNN batch norm].
+// (k, c / groups, r, s)). Outputs are overwritten (beta = 0); a batch whose x or y exceeds
+// INT_MAX elements runs in parts (ForEachBatchPart). Batch norm: Note [cuDNN batch norm].
 //
 // Note [cuDNN state]
 // Per device: one handle, one workspace per stream (grown as needed; two streams must not
@@ -17,6 +18,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdint>
@@ -25,6 +27,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/backend_impl.h"
 #include "kernels/cuda/cuda_check.h"
@@ -372,23 +375,54 @@ void RunBatchNorm(const char* what, int64_t outer, int64_t c, int64_t inner, dou
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
 
+// Calls f(part, first) over parts of the batch in which x and y have at most INT_MAX elements
+// each (cuDNN's legacy descriptors take no more; PyTorch splits the batch the same way).
+// `first` is the part's first item.
+template <typename F>
+void ForEachBatchPart(const ConvDims& d, const F& f) {
+  const int64_t item = std::max({d.c * d.h * d.w, d.k * d.out_h * d.out_w, int64_t{1}});
+  TY_CHECK(item <= INT_MAX) << "conv: one item of the batch has " << item
+                            << " elements, more than cuDNN takes (" << INT_MAX
+                            << "): " << Describe(d);
+  const int64_t part = INT_MAX / item;
+  for (int64_t first = 0; first < d.n; first += part) {
+    ConvDims p = d;
+    p.n = std::min(part, d.n - first);
+    f(p, first);
+  }
+}
+
+// p advanced by `elements` elements of `type` (f32, bf16 or f16).
+template <typename P>
+P Advance(P p, ScalarType type, int64_t elements) {
+  using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<P>>, const char, char>;
+  return static_cast<Byte*>(p) + elements * (type == ScalarType::kF32 ? 4 : 2);
+}
+
 }  // namespace
 
 void CudaBackendImpl::ConvForward(ScalarType type, const ConvDims& d, const void* x, const void* w,
                                   void* y, Stream stream) {
-  if (d.n == 0) return;
-  RunConv(Direction::kForward, type, d, stream, [&](cudnnHandle_t h, const Plan& p, void* ws) {
-    return cudnnConvolutionForward(h, &kOne, p.x, x, p.w, w, p.conv, p.fwd, ws, p.workspace_bytes,
-                                   &kZero, p.y, y);
+  ForEachBatchPart(d, [&](const ConvDims& part, int64_t first) {
+    const void* xp = Advance(x, type, first * d.c * d.h * d.w);
+    void* yp = Advance(y, type, first * d.k * d.out_h * d.out_w);
+    RunConv(Direction::kForward, type, part, stream, [&](cudnnHandle_t h, const Plan& p, void* ws) {
+      return cudnnConvolutionForward(h, &kOne, p.x, xp, p.w, w, p.conv, p.fwd, ws,
+                                     p.workspace_bytes, &kZero, p.y, yp);
+    });
   });
 }
 
 void CudaBackendImpl::ConvBackwardData(ScalarType type, const ConvDims& d, const void* w,
                                        const void* gy, void* gx, Stream stream) {
-  if (d.n == 0) return;
-  RunConv(Direction::kBackwardData, type, d, stream, [&](cudnnHandle_t h, const Plan& p, void* ws) {
-    return cudnnConvolutionBackwardData(h, &kOne, p.w, w, p.y, gy, p.conv, p.bwd_data, ws,
-                                        p.workspace_bytes, &kZero, p.x, gx);
+  ForEachBatchPart(d, [&](const ConvDims& part, int64_t first) {
+    const void* gyp = Advance(gy, type, first * d.k * d.out_h * d.out_w);
+    void* gxp = Advance(gx, type, first * d.c * d.h * d.w);
+    RunConv(Direction::kBackwardData, type, part, stream,
+            [&](cudnnHandle_t h, const Plan& p, void* ws) {
+              return cudnnConvolutionBackwardData(h, &kOne, p.w, w, p.y, gyp, p.conv, p.bwd_data,
+                                                  ws, p.workspace_bytes, &kZero, p.x, gxp);
+            });
   });
 }
 
@@ -399,11 +433,17 @@ void CudaBackendImpl::ConvBackwardFilter(ScalarType type, const ConvDims& d, con
     Fill(type, d.k * (d.c / d.groups) * d.r * d.s, gw, 0.0, stream);
     return;
   }
-  RunConv(Direction::kBackwardFilter, type, d, stream,
-          [&](cudnnHandle_t h, const Plan& p, void* ws) {
-            return cudnnConvolutionBackwardFilter(h, &kOne, p.x, x, p.y, gy, p.conv, p.bwd_filter,
-                                                  ws, p.workspace_bytes, &kZero, p.w, gw);
-          });
+  ForEachBatchPart(d, [&](const ConvDims& part, int64_t first) {
+    const void* xp = Advance(x, type, first * d.c * d.h * d.w);
+    const void* gyp = Advance(gy, type, first * d.k * d.out_h * d.out_w);
+    const float* beta = first == 0 ? &kZero : &kOne;  // later parts add to the first's
+    RunConv(Direction::kBackwardFilter, type, part, stream,
+            [&](cudnnHandle_t h, const Plan& p, void* ws) {
+              return cudnnConvolutionBackwardFilter(h, &kOne, p.x, xp, p.y, gyp, p.conv,
+                                                    p.bwd_filter, ws, p.workspace_bytes, beta, p.w,
+                                                    gw);
+            });
+  });
 }
 
 void CudaBackendImpl::BatchNormTrainingForward(const float* x, const float* weight,

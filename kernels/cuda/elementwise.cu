@@ -27,9 +27,10 @@ namespace {
 
 constexpr int kVec = 4;  // elements per thread on the flat path
 constexpr int kThreads = 256;
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kInvSqrt2 = 0.7071067811865476f;
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+// Doubles, so that A(k) rounds them as the CPU's static_cast<T> does for f32 and f64 alike.
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kInvSqrt2 = 0.7071067811865476;
+constexpr double kInvSqrt2Pi = 0.3989422804014327;
 
 // ---- Activations over the compute type A ----
 template <typename A>
@@ -38,12 +39,12 @@ __device__ __forceinline__ A Sigmoid(A x) {
 }
 template <typename A>
 __device__ __forceinline__ A GeluTanh(A x) {
-  const A t = Tanh(A(kSqrt2OverPi) * (x + A(0.044715f) * x * x * x));
+  const A t = Tanh(A(kSqrt2OverPi) * (x + A(0.044715) * x * x * x));
   return A(0.5) * x * (A(1) + t);
 }
 template <typename A>
 __device__ __forceinline__ A GeluTanhGrad(A x) {
-  const A k = A(kSqrt2OverPi), c = A(0.044715f);
+  const A k = A(kSqrt2OverPi), c = A(0.044715);
   const A t = Tanh(k * (x + c * x * x * x));
   return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * k * (A(1) + A(3) * c * x * x);
 }
@@ -226,8 +227,9 @@ struct WhereFn {
 };
 
 // dst = Cast<D>(src) of kernels/cpu/copy.h: 16-bit floats go through f32; to bool is != 0;
-// float to uint8 goes through int32, as x86 hosts compile it (out of range wraps like the CPU
-// path instead of saturating).
+// float to uint8 goes through int32, as x86 hosts compile it, so values in int32's range wrap
+// as on the CPU. Floats that no integer type holds (NaN, inf, beyond int32 or int64) are
+// undefined in C++ and differ: the device saturates (NaN to 0), x86 gives INT_MIN.
 template <typename D, typename S>
 __device__ __forceinline__ D CastTo(S v) {
   constexpr bool kHalfS = std::is_same_v<S, __nv_bfloat16> || std::is_same_v<S, __half>;

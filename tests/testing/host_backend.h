@@ -27,6 +27,8 @@ struct HostBackendOptions {
   int device_count = 1;
   // Malloc fails with ResourceExhausted once this many bytes are allocated on a device.
   size_t memory_limit = SIZE_MAX;
+  // The largest head size AttentionFits accepts (a GPU's shared memory bounds the fused kernels').
+  int64_t attention_max_head = 128;
 };
 
 class HostBackend final : public kernels::cuda::Backend {
@@ -165,6 +167,7 @@ class HostBackend final : public kernels::cuda::Backend {
                          bool causal, double scale, const void* q, const void* k, const void* v,
                          const void* out, const float* lse, const void* gout, void* gq, void* gk,
                          void* gv, Stream stream) override;
+  bool AttentionFits(int device, ScalarType type, int64_t e) override;
   void Gemm(const kernels::cuda::GemmArgs& args, Stream stream) override;
   void ConvForward(ScalarType type, const kernels::cuda::ConvDims& d, const void* x, const void* w,
                    void* y, Stream stream) override;

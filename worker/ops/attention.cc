@@ -46,10 +46,12 @@ Tensor CausalKeep(int64_t l, int64_t s, Device device) {
 }
 
 // The CUDA fused kernel (flash-attention style, kernels/cuda/attention.cu) takes what the CPU
-// one does, with value size equal to the query size, at most 128, and causal only when square.
-bool UseCudaFusedKernel(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
-  return q.device().is_cuda() && q.size(-1) == v.size(-1) && q.size(-1) <= 128 &&
-         (!is_causal || q.size(-2) == k.size(-2));
+// one does (causal keeps key j <= query i, also when l != s), with value size equal to the
+// query size, where the device has the shared memory for its tiles (AttentionFits: head sizes
+// up to 128, fewer on some GPUs).
+bool UseCudaFusedKernel(const Tensor& q, const Tensor& v) {
+  return q.device().is_cuda() && q.size(-1) == v.size(-1) &&
+         CudaBackend().AttentionFits(q.device().index, ToScalarType(q.dtype()), q.size(-1));
 }
 
 GradList CudaAttentionBackward(const Node& n, const Tensor& gout, bool is_causal, double scale) {
@@ -209,7 +211,7 @@ Tensor ScaledDotProductAttention(const Tensor& q_in, const Tensor& k_in, const T
   const int64_t l = q.size(-2), s = k.size(-2);
   const double sc = scale == 0 ? 1 / std::sqrt(static_cast<double>(q.size(-1))) : scale;
   if (UseFusedKernel(q, k, v, attn_mask)) {
-    if (UseCudaFusedKernel(q, k, v, is_causal)) return CudaFusedAttention(q, k, v, is_causal, sc);
+    if (UseCudaFusedKernel(q, v)) return CudaFusedAttention(q, k, v, is_causal, sc);
     if (q.device().is_cpu()) return FusedAttention(q, k, v, is_causal, sc);
   }
   // The reference: composed of differentiable ops.

@@ -31,6 +31,10 @@ size_t DeviceCachingAllocator::RoundSize(size_t nbytes) {
 
 StatusOr<void*> DeviceCachingAllocator::Allocate(size_t nbytes, Stream stream) {
   if (nbytes == 0) return static_cast<void*>(nullptr);
+  // No device holds 4 EiB; above that, rounding up to a size class could wrap to 0.
+  if (nbytes > (size_t{1} << 62)) {
+    return ResourceExhaustedError(name_ + ": cannot allocate " + std::to_string(nbytes) + " bytes");
+  }
   const size_t size = RoundSize(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.num_allocs;

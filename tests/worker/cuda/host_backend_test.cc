@@ -303,6 +303,20 @@ TEST_F(HostBackendTest, AttentionWithoutAMaskRunsTheFusedKernelAndWithAMaskCompo
   EXPECT_EQ(backend_.launches("SoftmaxForward"), 1);
 }
 
+TEST(HostBackendAttentionTest, AHeadSizeTheDeviceCannotFitComposesInstead) {
+  HostBackend backend(HostBackendOptions{1, SIZE_MAX, /*attention_max_head=*/32});
+  ScopedBackend scope(&backend);
+  auto opts = Options(DType::kFloat32).set_device(kCuda);
+  ops::ScaledDotProductAttention(Ones({2, 5, 32}, opts), Ones({2, 5, 32}, opts),
+                                 Ones({2, 5, 32}, opts), true);
+  EXPECT_EQ(backend.launches("AttentionForward"), 1);
+  const Tensor q = Ones({2, 5, 64}, opts);
+  const Tensor out = ops::ScaledDotProductAttention(q, q, q, true);
+  EXPECT_EQ(backend.launches("AttentionForward"), 1);
+  EXPECT_EQ(backend.launches("SoftmaxForward"), 1);
+  EXPECT_EQ(ToVector<float>(out), std::vector<float>(2 * 5 * 64, 1));
+}
+
 TEST_F(HostBackendTest, AdamUpdatesEveryCudaParameterInOneLaunchPerStep) {
   auto opts = Options(DType::kFloat32).set_device(kCuda);
   Tensor a = Ones({3}, opts).set_requires_grad(true), b = Ones({4}, opts).set_requires_grad(true);

@@ -189,6 +189,17 @@ TEST(DeviceAllocatorTest, OutOfMemoryAfterTheFlushIsResourceExhaustedNamingTheSi
   alloc.Free(held);
 }
 
+TEST(DeviceAllocatorTest, AByteCountNoDeviceHoldsIsResourceExhaustedNotANullBlock) {
+  FakeRuntime rt;
+  DeviceCachingAllocator alloc(&rt, "cuda:0");
+  // A negative size cast to size_t: rounding it up to a size class would wrap to 0.
+  StatusOr<void*> p = alloc.Allocate(SIZE_MAX - 4095, kStreamA);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(p.status().message(), HasSubstr("cuda:0: cannot allocate"));
+  EXPECT_EQ(rt.mallocs, 0);
+}
+
 TEST(DeviceAllocatorTest, OutOfMemoryWithAnEmptyCacheFailsWithoutAFlush) {
   FakeRuntime rt(kMiB);
   DeviceCachingAllocator alloc(&rt, "cuda:0");
