@@ -219,6 +219,7 @@ class Backend {
                          bool decoupled, const float* found_inf, Stream stream) = 0;
   // x *= scale for every tensor and found_inf (device f32, set to 1, never cleared) when any
   // value is inf or NaN: the loss scaler's unscale-and-check in one pass per tensor.
+  // `tensors` and `sizes` are host memory with `count` entries (of device pointers).
   virtual void UnscaleCheck(float* const* tensors, const int64_t* sizes, int count, float scale,
                             float* found_inf, Stream stream) = 0;
 

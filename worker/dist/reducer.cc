@@ -21,16 +21,23 @@ Tensor ViewOf(const Tensor& buffer, int64_t offset, const Shape& shape) {
   return MakeView(buffer, shape, ContiguousStrides(shape), buffer.offset() + offset);
 }
 
-Status CheckParam(const NamedTensor& p) {
+// `first`: the first parameter, whose device every one shares (the buckets live there).
+Status CheckParam(const NamedTensor& p, const NamedTensor& first) {
   const Tensor& t = p.second;
   if (!t.defined()) return InvalidArgumentError("reducer: parameter " + p.first + " is undefined");
   if (!t.is_leaf() || !t.requires_grad()) {
     return InvalidArgumentError("reducer: parameter " + p.first +
                                 " must be a leaf that requires grad");
   }
-  if (!t.is_contiguous() || !t.device().is_cpu() || !IsFloating(t.dtype())) {
+  if (!t.is_contiguous() || !IsFloating(t.dtype())) {
     return InvalidArgumentError("reducer: parameter " + p.first +
-                                " must be a contiguous floating-point CPU tensor");
+                                " must be a contiguous floating-point tensor");
+  }
+  if (first.second.defined() && t.device() != first.second.device()) {
+    return InvalidArgumentError("reducer: parameter " + p.first + " is on " +
+                                t.device().ToString() + " but " + first.first + " on " +
+                                first.second.device().ToString() +
+                                "; every parameter must be on one device");
   }
   return OkStatus();
 }
@@ -106,7 +113,7 @@ class Reducer::State {
 };
 
 Status Reducer::State::Init() {
-  for (const NamedTensor& p : params_) RETURN_IF_ERROR(CheckParam(p));
+  for (const NamedTensor& p : params_) RETURN_IF_ERROR(CheckParam(p, params_.front()));
   const int world = group_->size();
   slots_.resize(params_.size());
   for (const std::vector<size_t>& members :

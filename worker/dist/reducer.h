@@ -83,7 +83,8 @@ struct ReducerStats {
 
 class Reducer {
  public:
-  // `params`: the model's named parameters (leaves requiring grad, contiguous, floating, CPU).
+  // `params`: the model's named parameters (leaves requiring grad, contiguous, floating, all on
+  // one device: the CPU for Gloo, the rank's GPU for NCCL).
   static StatusOr<std::unique_ptr<Reducer>> Create(std::vector<NamedTensor> params,
                                                    std::shared_ptr<ProcessGroup> group,
                                                    ReducerOptions options = {});

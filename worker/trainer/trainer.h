@@ -166,8 +166,8 @@ class Trainer {
   // Builds everything the spec describes and restores or initialises the weights (see the top
   // of this file). `spec` must have come from spec::ParseJobSpec. Errors name the spec field
   // (data that does not fit the model, a missing file, a checkpoint of another model).
-  // Sets the kernel thread count when spec.num_threads > 0 (process-wide). Unimplemented for
-  // device "cuda" (models run on the CPU only for now).
+  // Sets the kernel thread count when spec.num_threads > 0 (process-wide). Device "cuda" needs
+  // the CUDA backend and a visible GPU (FailedPrecondition saying which is missing).
   static StatusOr<std::unique_ptr<Trainer>> Create(spec::JobSpec spec, TrainerOptions options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;

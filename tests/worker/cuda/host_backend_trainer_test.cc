@@ -11,7 +11,9 @@
 
 #include "common/json.h"
 #include "kernels/cpu/parallel.h"
+#include "tests/testing/dist.h"
 #include "tests/testing/host_backend.h"
+#include "tests/testing/host_staged_group.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/trainer/trainer_test_util.h"
 #include "worker/tensor/cuda_backend.h"
@@ -148,6 +150,33 @@ TEST_F(HostBackendTrainerTest, CudaOnAMachineWhoseBackendSeesNoDeviceIsRefusedNa
   EXPECT_THAT(std::string(trainer.status().message()), HasSubstr("no CUDA device"));
   SetCudaBackendForTesting(&backend_);
 }
+
+#ifdef TY_HAVE_GLOO
+// Two data-parallel ranks on the device, as a job on two GPUs runs them: the gradients go
+// through a group that stages device tensors through Gloo (NCCL's part), so the reducer buckets
+// the device's parameters, every rank reports the same loss and the weights stay equal.
+TEST_F(HostBackendTrainerTest, TwoDataParallelRanksTrainOnTheDeviceAndStayEqual) {
+  const spec::JobSpec spec = GptSpec(R"(, "device": "cuda", "parallelism": {"world_size": 2})", 4);
+  std::vector<double> losses[2];
+  std::vector<float> weights[2];
+  ::trainyard::testing::RunRanks(2, [&](int rank, std::shared_ptr<dist::ProcessGroup> gloo) {
+    TrainerOptions options;
+    options.process_group = std::make_shared<::trainyard::testing::HostStagedGroup>(gloo);
+    options.on_step = [&, rank](const StepMetrics& m) { losses[rank].push_back(m.loss); };
+    StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(spec, options);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    StatusOr<TrainSummary> result = (*trainer)->Run();
+    ASSERT_TRUE(result.ok()) << result.status();
+    const Tensor w = (*trainer)->model().NamedParameters().front().second;
+    EXPECT_TRUE(w.device().is_cuda());
+    weights[rank] = ToVector<float>(w);
+  });
+  ASSERT_EQ(losses[0].size(), 4u);
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(weights[0], weights[1]);
+  EXPECT_LT(losses[0].back(), losses[0].front());
+}
+#endif  // TY_HAVE_GLOO
 
 }  // namespace
 }  // namespace trainyard::trainer

@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "tests/testing/dist.h"
+#include "tests/testing/host_backend.h"
+#include "tests/testing/host_staged_group.h"
 #include "worker/autograd/engine.h"
 #include "worker/autograd/hooks.h"
 #include "worker/ops/activation.h"
@@ -15,6 +17,7 @@
 #include "worker/ops/linalg.h"
 #include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/generator.h"
 
@@ -317,6 +320,52 @@ TEST(ReducerTest, BroadcastFromRank0MakesEveryRankEqual) {
     Generator gen0(0);
     ExpectNear(ToVector<float>(t), ToVector<float>(Randn(Shape{17, 3}, {}, &gen0)), 0);
   });
+}
+
+// ---- Parameters on a CUDA device (NCCL's case), on HostBackend's fake one ----
+
+TEST(ReducerTest, ParametersOnACudaDeviceAreAveragedInBucketsOnThatDevice) {
+  trainyard::testing::HostBackend backend;
+  SetCudaBackendForTesting(&backend);
+  const Device cuda = Device::Cuda(0);
+  const int n = 2;
+  const auto want = ExpectedMeanGrads(n);
+  RunRanks(n, [&](int rank, std::shared_ptr<ProcessGroup> gloo) {
+    TinyNet net;
+    for (const NamedTensor& p : net.params) MoveToDevice(p.second, cuda);
+    ReducerOptions options;
+    options.first_bucket_bytes = 256;
+    options.bucket_bytes = 1024;
+    auto reducer = Reducer::Create(
+        net.params, std::make_shared<trainyard::testing::HostStagedGroup>(gloo), options);
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    ASSERT_GE((*reducer)->buckets().size(), 2u);
+    for (const Bucket& b : (*reducer)->buckets()) EXPECT_EQ(b.buffer.device(), cuda);
+    (*reducer)->Prepare();
+    ASSERT_TRUE(autograd::Backward(net.Loss(CopyToDevice(BatchFor(rank), cuda))).ok());
+    ASSERT_TRUE((*reducer)->Finish().ok());
+    for (size_t k = 0; k < net.params.size(); ++k) {
+      const Tensor g = net.params[k].second.grad();
+      EXPECT_EQ(g.device(), cuda) << net.params[k].first;
+      ExpectNear(ToVector<float>(g), want[k], 1e-5);
+    }
+  });
+  SetCudaBackendForTesting(nullptr);
+}
+
+TEST(ReducerTest, ParametersOnTwoDevicesAreRejectedByName) {
+  trainyard::testing::HostBackend backend;
+  SetCudaBackendForTesting(&backend);
+  RunRanks(1, [&](int, std::shared_ptr<ProcessGroup> group) {
+    TinyNet net;
+    MoveToDevice(net.params[2].second, Device::Cuda(0));
+    auto r = Reducer::Create(net.params, group);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(),
+                HasSubstr("fc2.weight is on cuda:0 but fc1.weight on cpu; every parameter must "
+                          "be on one device"));
+  });
+  SetCudaBackendForTesting(nullptr);
 }
 
 TEST(ReducerTest, RejectsBadArguments) {
