@@ -356,9 +356,12 @@ StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const RankEnv& env,
   dist::ProcessGroupOptions options;
   options.timeout = timeout;
   options.algorithm = spec.parallelism.all_reduce_algorithm;
-  // NCCL: "ring" pins NCCL_ALGO=Ring (the spec allows no other algorithm for nccl); InfiniBand
-  // settings (NCCL_IB_HCA, NCCL_IB_DISABLE, ...) come from the environment, which ranks inherit.
-  if (spec::ResolvedBackend(spec) == "nccl") options.nccl_algo = "Ring";
+  // NCCL: "ring" pins NCCL_ALGO=Ring (the spec allows no other algorithm for nccl) unless the
+  // environment chose one (Tree, NVLS, ...); InfiniBand settings (NCCL_IB_HCA,
+  // NCCL_IB_DISABLE, ...) come from the environment, which ranks inherit.
+  if (spec::ResolvedBackend(spec) == "nccl" && std::getenv("NCCL_ALGO") == nullptr) {
+    options.nccl_algo = "Ring";
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<dist::ProcessGroup> group,
                    dist::CreateProcessGroup(spec::ResolvedBackend(spec), std::move(scoped),
                                             env.rank, env.world_size, options));

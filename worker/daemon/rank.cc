@@ -181,7 +181,10 @@ StatusOr<std::shared_ptr<dist::ProcessGroup>> Join(const Place& p, const spec::J
   options.timeout = timeout;
   options.algorithm = spec.parallelism.all_reduce_algorithm;
   options.hostname = p.host;
-  if (spec::ResolvedBackend(spec) == "nccl") options.nccl_algo = "Ring";
+  // NCCL: the spec's "ring" pins NCCL_ALGO=Ring unless the operator's environment chose one.
+  if (spec::ResolvedBackend(spec) == "nccl" && std::getenv("NCCL_ALGO") == nullptr) {
+    options.nccl_algo = "Ring";
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<dist::ProcessGroup> group,
                    dist::CreateProcessGroup(spec::ResolvedBackend(spec), std::move(store), p.rank,
                                             p.world_size, options));

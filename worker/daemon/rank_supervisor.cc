@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "kernels/cuda/backend.h"
 #include "worker/daemon/rank.h"
+#include "worker/dist/nccl_loader.h"
 
 extern char** environ;
 
@@ -92,8 +94,14 @@ Status RankSupervisor::Spawn(const trainyard::v1::Assignment& a,
   }
   constexpr int kChildReportFd = 3;
   std::vector<std::string> env;
+  // The daemon's own TRAINYARD_ settings stay with it, except where to find the libraries.
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string(*e).rfind("TRAINYARD_", 0) != 0) env.push_back(*e);
+    const std::string var(*e);
+    if (var.rfind("TRAINYARD_", 0) != 0 ||
+        var.rfind(std::string(kernels::cuda::kCudaLibraryEnv) + "=", 0) == 0 ||
+        var.rfind(std::string(dist::kNcclLibraryEnv) + "=", 0) == 0) {
+      env.push_back(var);
+    }
   }
   env.insert(env.end(), options_.env.begin(), options_.env.end());
   env.push_back(std::string(kJobEnv) + "=" + a.job_id());

@@ -89,6 +89,26 @@ TEST(RankSupervisorTest, AFailedRankCarriesTheTailOfItsStderr) {
   EXPECT_EQ(st.error(), "loading data | error: data.csv.path: cannot open");
 }
 
+TEST(RankSupervisorTest, RanksInheritWhereTheLibrariesAreButNoOtherTrainyardSetting) {
+  testing::TempDir dir;
+  ::setenv("TRAINYARD_CUDA_LIB", "/opt/ty/libtrainyard_cuda.so", 1);
+  ::setenv("TRAINYARD_NCCL_LIB", "/opt/ty/libtrainyard_nccl.so", 1);
+  ::setenv("TRAINYARD_TOKEN", "daemon-secret", 1);
+  SupervisorOptions o;
+  o.program = Script(dir,
+                     "echo \"$TRAINYARD_CUDA_LIB $TRAINYARD_NCCL_LIB [$TRAINYARD_TOKEN]\" >&2\n"
+                     "exit 1");
+  o.work_dir = dir.File("work");
+  RankSupervisor s(o);
+  ASSERT_TRUE(s.Start(Assign(1)).ok());
+  ASSERT_TRUE(PollUntilExited(s, 10s));
+  ::unsetenv("TRAINYARD_CUDA_LIB");
+  ::unsetenv("TRAINYARD_NCCL_LIB");
+  ::unsetenv("TRAINYARD_TOKEN");
+  EXPECT_EQ(s.Statuses().at(0).error(),
+            "/opt/ty/libtrainyard_cuda.so /opt/ty/libtrainyard_nccl.so []");
+}
+
 TEST(RankSupervisorTest, StopSendsSigtermThenSigkillAfterTheGrace) {
   testing::TempDir dir;
   SupervisorOptions o;

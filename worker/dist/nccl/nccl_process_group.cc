@@ -246,7 +246,10 @@ NcclProcessGroup::NcclProcessGroup(int rank, int size, ProcessGroupOptions optio
     : ProcessGroup(rank, size), options_(std::move(options)), device_(device) {}
 
 Status NcclProcessGroup::Init(const std::string& unique_id) {
-  DeviceGuard guard(device_);
+  // Left current, not restored: the caller is the rank's thread and device_ its GPU (the
+  // trainer picks the same), and restoring the default device 0 would create a context there
+  // (CUDA 12 makes cudaSetDevice create it), 300-500 MiB on GPU 0 for every rank of a node.
+  cudaSetDevice(device_);
   const std::string where = "nccl: " + RankName(rank()) + " on cuda:" + std::to_string(device_);
   cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(int32_t));

@@ -13,7 +13,8 @@
 //
 // Device: cuda:(rank % visible devices), chosen at creation. That is right when each host runs
 // consecutive ranks, one per GPU, or when each process sees one GPU (CUDA_VISIBLE_DEVICES).
-// No visible device is FailedPrecondition naming the rank, never a crash.
+// Create leaves that device current on the calling thread. No visible device is
+// FailedPrecondition naming the rank, never a crash.
 //
 // Options: nccl_algo sets NCCL_ALGO, nccl_ib_hca NCCL_IB_HCA, nccl_ib_disable NCCL_IB_DISABLE=1,
 // in the environment before the communicator is created. A non-empty option replaces what the
