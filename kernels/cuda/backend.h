@@ -136,6 +136,10 @@ class Backend {
   virtual void Memcpy(void* dst, const void* src, size_t nbytes, Stream stream) = 0;
   virtual void StreamSynchronize(Stream stream) = 0;
   virtual Event CreateEvent(int device) = 0;  // timing disabled
+  // An event that also records when the stream reached it, for EventSeconds.
+  virtual Event CreateTimingEvent(int device) = 0;
+  // The device time from `start` to `end` (timing events, both recorded and complete).
+  virtual double EventSeconds(Event start, Event end) = 0;
   virtual void DestroyEvent(Event event) = 0;
   virtual void RecordEvent(Event event, Stream stream) = 0;
   virtual void StreamWaitEvent(Stream stream, Event event) = 0;
@@ -286,7 +290,7 @@ inline constexpr char kCudaLibraryName[] = "libtrainyard_cuda.so";
 inline constexpr char kCudaLibraryEnv[] = "TRAINYARD_CUDA_LIB";
 inline constexpr char kCudaEntryPoint[] = "TyCudaBackend";
 // Bump when Backend or the structs above change.
-inline constexpr int kCudaAbiVersion = 4;
+inline constexpr int kCudaAbiVersion = 5;
 
 // Returns the process-wide backend, or null with `error` set when the versions differ.
 using CudaEntryFn = Backend* (*)(int abi_version, size_t backend_size, std::string* error);

@@ -31,6 +31,8 @@ class CudaBackendImpl final : public Backend {
   void Memcpy(void* dst, const void* src, size_t nbytes, Stream stream) override;
   void StreamSynchronize(Stream stream) override;
   Event CreateEvent(int device) override;
+  Event CreateTimingEvent(int device) override;
+  double EventSeconds(Event start, Event end) override;
   void DestroyEvent(Event event) override;
   void RecordEvent(Event event, Stream stream) override;
   void StreamWaitEvent(Stream stream, Event event) override;

@@ -187,6 +187,20 @@ Event CudaBackendImpl::CreateEvent(int device) {
   return e;
 }
 
+Event CudaBackendImpl::CreateTimingEvent(int device) {
+  DeviceGuard guard(device);
+  cudaEvent_t e = nullptr;
+  TY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));
+  return e;
+}
+
+double CudaBackendImpl::EventSeconds(Event start, Event end) {
+  float ms = 0;
+  TY_CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms / 1000.0;
+}
+
 void CudaBackendImpl::DestroyEvent(Event event) {
   TY_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
 }

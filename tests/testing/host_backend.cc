@@ -3,6 +3,7 @@
 // in host_backend_nn.cc.
 #include "tests/testing/host_backend.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -152,12 +153,39 @@ void HostBackend::Memcpy(void* dst, const void* src, size_t nbytes, Stream strea
   if (nbytes > 0) std::memcpy(H(dst), H(src), nbytes);
 }
 
+namespace {
+struct HostEvent {
+  bool timing = false;
+  std::chrono::steady_clock::time_point recorded{};
+};
+}  // namespace
+
 HostBackend::Event HostBackend::CreateEvent(int device) {
   CheckDevice(device);
-  return new char(0);
+  return new HostEvent();
 }
 
-void HostBackend::DestroyEvent(Event event) { delete static_cast<char*>(event); }
+HostBackend::Event HostBackend::CreateTimingEvent(int device) {
+  CheckDevice(device);
+  return new HostEvent{true};
+}
+
+void HostBackend::RecordEvent(Event event, Stream stream) {
+  CheckStream(stream);
+  static_cast<HostEvent*>(event)->recorded = std::chrono::steady_clock::now();
+}
+
+double HostBackend::EventSeconds(Event start, Event end) {
+  const auto* a = static_cast<const HostEvent*>(start);
+  const auto* b = static_cast<const HostEvent*>(end);
+  TY_CHECK(a->timing && b->timing) << "EventSeconds: not timing events";
+  TY_CHECK(a->recorded != std::chrono::steady_clock::time_point{} &&
+           b->recorded != std::chrono::steady_clock::time_point{})
+      << "EventSeconds: an event was never recorded";
+  return std::chrono::duration<double>(b->recorded - a->recorded).count();
+}
+
+void HostBackend::DestroyEvent(Event event) { delete static_cast<HostEvent*>(event); }
 
 // ---- Elementwise ----
 

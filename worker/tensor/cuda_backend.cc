@@ -175,6 +175,30 @@ cuda::ScalarType ToScalarType(DType dtype) {
   return cuda::ScalarType::kF32;
 }
 
+StreamTimer::~StreamTimer() {
+  for (cuda::Event e : events_) CudaBackend().DestroyEvent(e);
+}
+
+int StreamTimer::Mark() {
+  if (device_.is_cuda()) {
+    if (marks_ == static_cast<int>(events_.size())) {
+      events_.push_back(CudaBackend().CreateTimingEvent(device_.index));
+    }
+    CudaBackend().RecordEvent(events_[marks_], ComputeStream(device_));
+  } else {
+    if (marks_ == static_cast<int>(times_.size())) times_.emplace_back();
+    times_[marks_] = std::chrono::steady_clock::now();
+  }
+  return marks_++;
+}
+
+double StreamTimer::Seconds(int from, int to) const {
+  TY_CHECK(from >= 0 && from <= to && to < marks_)
+      << "StreamTimer: marks " << from << " to " << to << " of " << marks_;
+  if (device_.is_cuda()) return CudaBackend().EventSeconds(events_[from], events_[to]);
+  return std::chrono::duration<double>(times_[to] - times_[from]).count();
+}
+
 void SetCudaBackendForTesting(cuda::Backend* backend) {
   State& s = GetState();
   std::lock_guard<std::mutex> lock(s.mu);

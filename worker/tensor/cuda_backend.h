@@ -10,6 +10,9 @@
 // device memory (item(), ToVector(), a copy to the CPU).
 #pragma once
 
+#include <chrono>
+#include <vector>
+
 #include "kernels/cuda/backend.h"
 #include "worker/tensor/device.h"
 #include "worker/tensor/device_allocator.h"
@@ -43,6 +46,29 @@ void SynchronizeDevice(Device device);
 cuda::IndexFault* IndexFaultRecord(Device device);
 
 cuda::ScalarType ToScalarType(DType dtype);
+
+// Time between points of a device's compute stream, so that phase timings mean the same on a
+// GPU, where ops only queue work, as on the CPU, where they run it. Mark() notes the point the
+// stream has reached (a timing event on CUDA; the host clock on the CPU); Seconds(a, b) is the
+// time from mark a to mark b, once the host has waited for the stream past b. Clear() forgets
+// the marks and keeps the events for the next ones.
+class StreamTimer {
+ public:
+  explicit StreamTimer(Device device) : device_(device) {}
+  ~StreamTimer();
+  StreamTimer(const StreamTimer&) = delete;
+  StreamTimer& operator=(const StreamTimer&) = delete;
+
+  int Mark();
+  double Seconds(int from, int to) const;
+  void Clear() { marks_ = 0; }
+
+ private:
+  Device device_;
+  int marks_ = 0;
+  std::vector<cuda::Event> events_;                           // CUDA
+  std::vector<std::chrono::steady_clock::time_point> times_;  // CPU
+};
 
 // Tests only: use `backend` (a fake over host memory, say) instead of loading the library, or
 // go back to loading it with nullptr. Not thread-safe against running ops.

@@ -142,6 +142,7 @@ Status Trainer::Init() {
     world_size_ = options_.process_group->size();
   }
   RETURN_IF_ERROR(ChooseDevice());
+  timer_ = std::make_unique<StreamTimer>(device_);
   const std::string& dir = spec_.checkpoint.dir;
   const bool text = spec_.data.source == "text";
 
@@ -370,9 +371,8 @@ StatusOr<EvalMetrics> Trainer::Evaluate() {
   return m;
 }
 
-Status Trainer::ForwardBackward(StepMetrics* m) {
+Status Trainer::ForwardBackward(StepMetrics* m, Tensor* loss_sum) {
   const int64_t micro_batches = spec_.parallelism.grad_accumulation_steps;
-  double loss_sum = 0;
   for (int64_t micro = 0; micro < micro_batches;) {
     auto t0 = SteadyClock::now();
     SetPhase(Phase::kData);
@@ -387,17 +387,21 @@ Status Trainer::ForwardBackward(StepMetrics* m) {
     m->samples += batch.input.size(0) * world_size_;
     m->data_seconds += SecondsSince(t0);
 
-    auto t1 = SteadyClock::now();
     SetPhase(Phase::kForward);
+    const int forward_start = timer_->Mark();
     // The step's gradient is the mean over its micro-batches (and, by the reducer, ranks).
     Tensor loss = ForwardLoss(batch.input, batch.target);
-    loss_sum += loss.item();
+    {
+      // Summed on the device: reading it here would make the host wait for the forward.
+      autograd::NoGradGuard no_grad;
+      *loss_sum = loss_sum->defined() ? ops::Add(*loss_sum, loss.detach()) : loss.detach();
+    }
     if (micro_batches > 1) loss = ops::MulScalar(loss, 1.0 / static_cast<double>(micro_batches));
     if (scaler_) loss = scaler_->Scale(loss);
-    m->forward_seconds += SecondsSince(t1);
 
-    auto t2 = SteadyClock::now();
     SetPhase(Phase::kBackward);
+    const int backward_start = timer_->Mark();
+    forward_spans_.emplace_back(forward_start, backward_start);
     ++micro;
     if (dp_) dp_->BeforeBackward(/*sync=*/micro == micro_batches);
     RETURN_IF_ERROR(autograd::Backward(loss));
@@ -406,9 +410,9 @@ Status Trainer::ForwardBackward(StepMetrics* m) {
       SetPhase(Phase::kAllReduceWait);
       RETURN_IF_ERROR(dp_->AfterBackward());
     }
-    m->backward_seconds += SecondsSince(t2);
+    // Backward includes the wait for the buckets (reported apart as bucket_wait_seconds).
+    backward_spans_.emplace_back(backward_start, timer_->Mark());
   }
-  m->loss = loss_sum / static_cast<double>(micro_batches);
   if (dp_) {
     const dist::ReducerStats& stats = dp_->reducer().stats();
     m->allreduce_seconds = stats.comm_seconds;
@@ -421,8 +425,8 @@ Status Trainer::ForwardBackward(StepMetrics* m) {
 bool Trainer::StopRequested() const { return options_.stop != nullptr && options_.stop->load(); }
 
 Status Trainer::OptimizerStep(StepMetrics* m) {
-  auto t3 = SteadyClock::now();
   SetPhase(Phase::kOptimizer);
+  const int start = timer_->Mark();
   m->grad_norm = std::nan("");
   const double clip = spec_.grad_clip_norm;
   if (dp_ && dp_->zero()) {
@@ -445,7 +449,7 @@ Status Trainer::OptimizerStep(StepMetrics* m) {
     // Data parallel keeps each .grad a view into its bucket: zero it rather than drop it.
     optimizer_->ZeroGrad(/*set_to_none=*/dp_ == nullptr);
   }
-  m->optimizer_seconds = SecondsSince(t3);
+  optimizer_span_ = {start, timer_->Mark()};
   return OkStatus();
 }
 
@@ -468,7 +472,17 @@ StatusOr<TrainSummary> Trainer::Run() {
     m.lr = schedule_->LrAt(step_);
     if (optimizer_) optimizer_->set_lr(m.lr);
     if (dp_ && dp_->zero()) dp_->zero()->set_lr(m.lr);
-    RETURN_IF_ERROR(ForwardBackward(&m));
+    timer_->Clear();
+    forward_spans_.clear();
+    backward_spans_.clear();
+    Tensor loss_sum;
+    RETURN_IF_ERROR(ForwardBackward(&m, &loss_sum));
+    RETURN_IF_ERROR(OptimizerStep(&m));
+    // The step's one wait for the device (on a GPU): everything above only queued work.
+    m.loss = loss_sum.item() / static_cast<double>(spec_.parallelism.grad_accumulation_steps);
+    for (const auto& [from, to] : forward_spans_) m.forward_seconds += timer_->Seconds(from, to);
+    for (const auto& [from, to] : backward_spans_) m.backward_seconds += timer_->Seconds(from, to);
+    m.optimizer_seconds = timer_->Seconds(optimizer_span_.first, optimizer_span_.second);
     // Ranks must stop at the same step: with data parallelism the request counts once every
     // rank has seen it through the step's agreement.
     std::optional<bool> agreed_stop;
@@ -483,7 +497,6 @@ StatusOr<TrainSummary> Trainer::Run() {
                                      " at step " + std::to_string(step_ + 1) +
                                      " (lower the learning rate or set grad_clip_norm)");
     }
-    RETURN_IF_ERROR(OptimizerStep(&m));
 
     ++step_;
     if (options_.progress) options_.progress->step.store(step_);

@@ -44,6 +44,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -54,6 +55,7 @@
 #include "worker/optim/grad_scaler.h"
 #include "worker/optim/optimizer.h"
 #include "worker/optim/schedule.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/generator.h"
 #include "worker/tensor/storage.h"
 #include "worker/trainer/checkpoint.h"
@@ -74,10 +76,12 @@ struct StepMetrics {
   int64_t tokens = 0;       // tokens in the batch (samples x context for text; = samples else)
   double samples_per_second = 0;  // of this step, all four phases included
   double tokens_per_second = 0;
-  // Wall time of each phase, in seconds.
+  // Time of each phase, in seconds: data is the host's wait for the batch; the others are the
+  // device's time from the phase's first op to the next phase's (on a GPU, where the host only
+  // queues work, timing events on the compute stream; on the CPU, the same spans by the clock).
   double data_seconds = 0;       // waiting for the batch
   double forward_seconds = 0;    // model and loss
-  double backward_seconds = 0;   // autograd
+  double backward_seconds = 0;   // autograd, and the wait for the gradient buckets
   double optimizer_seconds = 0;  // clipping, the update and zero_grad
   // Data parallelism (zero with one rank). samples and tokens above count every rank's
   // micro-batches of the step; loss is their mean over ranks.
@@ -202,8 +206,10 @@ class Trainer {
   data::Batch OnDevice(const data::Batch& batch);
   Status Restore();
   Status StartDataParallel();
-  // Forward and backward over the step's micro-batches; fills loss, epoch, samples and times.
-  Status ForwardBackward(StepMetrics* m);
+  // Forward and backward over the step's micro-batches: fills epoch, samples and the data and
+  // all-reduce times, sums the micro-batches' losses into *loss_sum (on the device) and marks
+  // the forward and backward spans on timer_.
+  Status ForwardBackward(StepMetrics* m, Tensor* loss_sum);
   Status OptimizerStep(StepMetrics* m);
   bool StopRequested() const;
   void SetPhase(Phase p) {
@@ -232,6 +238,10 @@ class Trainer {
   std::unique_ptr<optim::LrSchedule> schedule_;
   Device device_;                                // spec.device: cpu, or this rank's GPU
   std::unique_ptr<data::DeviceCopier> copier_;   // batches to device_ (CUDA only)
+  // The step's phases on device_'s stream, read after the step's wait for the loss.
+  std::unique_ptr<StreamTimer> timer_;
+  std::vector<std::pair<int, int>> forward_spans_, backward_spans_;  // per micro-batch
+  std::pair<int, int> optimizer_span_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> eval_loader_;
   std::unique_ptr<CheckpointManager> checkpoints_;

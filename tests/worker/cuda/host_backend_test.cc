@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <ostream>
@@ -181,6 +182,29 @@ TEST_F(HostBackendTest, DeviceMemoryFaultsWhenTheHostReadsIt) {
         (void)v;
       },
       "");
+}
+
+// ---- StreamTimer ----
+
+// Busy for at least `d` (work the timer must see; not a wait for anything).
+void Spin(std::chrono::milliseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+TEST_F(HostBackendTest, StreamTimerTimesTheSpansBetweenMarksOnBothKindsOfDevice) {
+  for (const Device device : {kCuda, Device::Cpu()}) {
+    StreamTimer timer(device);
+    const int a = timer.Mark();
+    Spin(std::chrono::milliseconds(5));
+    const int b = timer.Mark();
+    EXPECT_GE(timer.Seconds(a, b), 0.005) << device.ToString();
+    EXPECT_LT(timer.Seconds(a, b), 5.0) << device.ToString();
+    EXPECT_EQ(timer.Seconds(b, b), 0) << device.ToString();
+    timer.Clear();
+    EXPECT_EQ(timer.Mark(), 0) << "marks start again after Clear";
+  }
 }
 
 // ---- Index checks on the device (Note [Deferred index checks]) ----

@@ -124,6 +124,30 @@ TEST_F(HostBackendTrainerTest, Fp16OnCudaScalesTheLossAndTrains) {
   EXPECT_LT(steps.back().loss, steps.front().loss);
 }
 
+// On a device the host waits for a step once, to read its loss after the update: forward,
+// backward and the optimizer only queue work (clipping, off here, reads the gradients' norm).
+TEST_F(HostBackendTrainerTest, AStepReadsNothingButItsLossFromTheDevice) {
+  auto reads = [&](int64_t steps) {
+    const spec::JobSpec spec = ParseSpec(
+        R"({"model": {"gpt": {"context": 16, "n_layer": 1, "n_head": 2, "n_embd": 16}},
+            "data": {"text": {"path": ")" +
+        text_ + R"("}}, "optimizer": {"adamw": {"lr": 0.01}}, "batch_size": 4, "steps": )" +
+        std::to_string(steps) + R"(, "seed": 3, "device": "cuda",
+            "parallelism": {"grad_accumulation_steps": 2}, "eval": {"max_batches": 2}})");
+    const int64_t before = backend_.launches("Memcpy.to_host");
+    const std::vector<StepMetrics> metrics = Run(spec);
+    EXPECT_EQ(metrics.size(), static_cast<size_t>(steps));
+    for (const StepMetrics& m : metrics) {
+      EXPECT_GT(m.forward_seconds, 0);
+      EXPECT_GT(m.backward_seconds, 0);
+      EXPECT_GT(m.optimizer_seconds, 0);
+    }
+    return backend_.launches("Memcpy.to_host") - before;
+  };
+  const int64_t three = reads(3), six = reads(6);
+  EXPECT_EQ(six - three, 3) << "reads per step beyond the loss's one";
+}
+
 TEST_F(HostBackendTrainerTest, ACheckpointOfACudaRunResumesOnTheCpuExactly) {
   const std::string ckpt = R"(, "checkpoint": {"dir": ")" + dir_.path() + R"(/ckpt"})";
   const std::vector<StepMetrics> whole = Run(GptSpec(R"(, "device": "cuda")"));
