@@ -76,7 +76,23 @@ void HostBackend::CheckDevice(int device) const {
       << " devices";
 }
 
-void HostBackend::CheckStream(Stream stream) const { TY_CHECK(stream != nullptr); }
+namespace {
+// The calling thread's current device (SetDevice), 0 until set, as CUDA's.
+thread_local int t_current_device = 0;
+}  // namespace
+
+void HostBackend::CheckStream(Stream stream) const {
+  TY_CHECK(stream != nullptr);
+  // The library picks its cuBLASLt and cuDNN handles, workspaces and scratch by the current
+  // device, so a kernel on a device's compute stream must come with that device current.
+  const auto* p = static_cast<const char*>(stream);
+  if (p >= stream_handles_.data() && p < stream_handles_.data() + stream_handles_.size()) {
+    const int device = static_cast<int>(p - stream_handles_.data());
+    TY_CHECK(device == t_current_device)
+        << "a kernel on cuda:" << device << "'s compute stream from a thread whose current "
+        << "device is cuda:" << t_current_device;
+  }
+}
 
 // ---- Runtime ----
 
@@ -91,6 +107,7 @@ Status HostBackend::Properties(int device, cuda::DeviceProperties* out) {
 
 Status HostBackend::SetDevice(int device) {
   CheckDevice(device);
+  t_current_device = device;
   return OkStatus();
 }
 

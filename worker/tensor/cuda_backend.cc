@@ -111,7 +111,17 @@ DeviceCachingAllocator& CudaAllocator(int device) {
 
 cuda::Stream ComputeStream(Device device) {
   TY_CHECK(device.is_cuda()) << "ComputeStream of " << device.ToString();
-  return CudaBackend().ComputeStream(device.index);
+  cuda::Backend& b = CudaBackend();
+  // The library picks its cuBLASLt and cuDNN handles, workspaces and scratch by the thread's
+  // current device, so an op on `device` makes it current (once per thread and change; the
+  // library's own switches restore the caller's device).
+  thread_local int current = -1;
+  if (current != device.index) {
+    const Status s = b.SetDevice(device.index);
+    TY_CHECK(s.ok()) << s.message();
+    current = device.index;
+  }
+  return b.ComputeStream(device.index);
 }
 
 void SynchronizeDevice(Device device) {

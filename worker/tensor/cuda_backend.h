@@ -32,7 +32,7 @@ cuda::Backend& CudaBackend();
 // The caching allocator of cuda:`device` (a valid device of the loaded backend).
 DeviceCachingAllocator& CudaAllocator(int device);
 
-// The compute stream of `device`.
+// The compute stream of `device`, which it makes the calling thread's current device.
 cuda::Stream ComputeStream(Device device);
 
 // Waits until every op queued on the compute stream of `device` has finished, then fails with

@@ -11,6 +11,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <thread>
 
 #include "tests/worker/cuda/op_cases.h"
 #include "worker/autograd/engine.h"
@@ -325,6 +326,20 @@ TEST_F(HostBackendTest, AttentionWithoutAMaskRunsTheFusedKernelAndWithAMaskCompo
   ops::ScaledDotProductAttention(q, q, q, false, Ones({5, 5}, opts));
   EXPECT_EQ(backend_.launches("AttentionForward"), 1);
   EXPECT_EQ(backend_.launches("SoftmaxForward"), 1);
+}
+
+TEST(HostBackendDevicesTest, AnOpOnTheSecondDeviceMakesItCurrentOnItsThread) {
+  HostBackend backend(HostBackendOptions{2});
+  ScopedBackend scope(&backend);
+  // HostBackend checks that a kernel on cuda:1's stream runs with cuda:1 current, as the
+  // library's handles and workspaces need; a new thread starts on cuda:0.
+  std::thread([] {
+    const auto on1 = Options(DType::kFloat32).set_device(Device::Cuda(1));
+    const Tensor x = Full({2, 3}, 2, on1);
+    EXPECT_EQ(ToVector<float>(ops::Mul(x, x)), std::vector<float>(6, 4));
+    const Tensor y = Full({2, 3}, 1, Options(DType::kFloat32).set_device(kCuda));
+    EXPECT_EQ(ops::Sum(y).item(), 6);
+  }).join();
 }
 
 TEST(HostBackendAttentionTest, AHeadSizeTheDeviceCannotFitComposesInstead) {
