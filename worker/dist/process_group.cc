@@ -44,9 +44,11 @@ Work::TimePoint Work::end_time() const {
   return end_;
 }
 
-void Work::MarkStarted() {
+void Work::MarkStarted() { MarkStarted(std::chrono::steady_clock::now()); }
+
+void Work::MarkStarted(TimePoint at) {
   std::lock_guard<std::mutex> lock(mu_);
-  start_ = std::chrono::steady_clock::now();
+  start_ = at;
 }
 
 void Work::Finish(Status status) {

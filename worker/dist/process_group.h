@@ -45,8 +45,10 @@ class Work {
   Status Wait(std::chrono::milliseconds timeout);
   bool IsCompleted() const;
 
-  // When the group's thread began and finished running it (steady clock); valid once
-  // completed. Reducer uses them to show that communication overlapped backward.
+  // When it began and finished running (steady clock): on the group's thread for Gloo; for
+  // NCCL the start is the device's (its end less its time between timing events on the
+  // stream), so end - start excludes the stream's waits before it. Valid once completed.
+  // Reducer uses them to show that communication overlapped backward.
   TimePoint start_time() const;
   TimePoint end_time() const;
   // Bytes each rank contributed (the tensor's size), for bandwidth figures.
@@ -55,6 +57,7 @@ class Work {
   // For backends.
   void set_bytes(int64_t bytes) { bytes_ = bytes; }
   void MarkStarted();
+  void MarkStarted(TimePoint at);  // when the backend knows better than the host's clock
   void Finish(Status status);
 
  private:
@@ -97,7 +100,8 @@ class ProcessGroup {
   virtual std::chrono::milliseconds timeout() const = 0;
 
   // In place: every rank's `t` becomes the element-wise reduction over ranks. float32,
-  // float64, bfloat16, float16 (summed in float32 then rounded), int64.
+  // float64, bfloat16, float16, int64. Gloo sums 16-bit floats in float32 and rounds once;
+  // NCCL sums them in their own precision at each step of its ring.
   virtual std::shared_ptr<Work> AllReduce(Tensor t, ReduceOp op = ReduceOp::kSum) = 0;
   // Every rank's `t` becomes root's.
   virtual std::shared_ptr<Work> Broadcast(Tensor t, int root = 0) = 0;

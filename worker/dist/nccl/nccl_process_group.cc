@@ -203,6 +203,19 @@ StatusOr<std::string> ExchangeId(Store& store, int rank, milliseconds timeout) {
   return bytes;
 }
 
+// A timing event from `pool`, or a new one.
+cudaError_t TakeEvent(std::vector<CUevent_st*>* pool, CUevent_st** out) {
+  if (pool->empty()) {
+    cudaEvent_t ev = nullptr;
+    const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDefault);
+    if (e != cudaSuccess) return e;
+    pool->push_back(ev);
+  }
+  *out = pool->back();
+  pool->pop_back();
+  return cudaSuccess;
+}
+
 // Makes `device` current on this thread and restores the caller's device on exit.
 class DeviceGuard {
  public:
@@ -344,8 +357,14 @@ std::shared_ptr<Work> NcclProcessGroup::Enqueue(const std::string& what, const s
   NoteIssued(next_seq_);
   auto work = std::make_shared<Work>(what + " #" + std::to_string(next_seq_++) + suffix);
   work->set_bytes(bytes);
-  queued_.push_back(Op{work, std::move(launch), std::move(owners), nullptr, {},
-                       ready.ok() ? *ready : nullptr, ready.status()});
+  queued_.push_back(Op{work,
+                       std::move(launch),
+                       std::move(owners),
+                       nullptr,
+                       nullptr,
+                       {},
+                       ready.ok() ? *ready : nullptr,
+                       ready.status()});
   cv_.notify_all();
   return work;
 }
@@ -414,22 +433,16 @@ void NcclProcessGroup::LaunchOp(Op op) {
     in_flight_.push_back(std::move(op));
     return Break(&in_flight_.back(), error);
   }
-  op.work->MarkStarted();
+  op.work->MarkStarted();  // the host's issue; FinishOp puts the device's start instead
   if (in_flight_.empty()) op.since = Clock::now();
-  auto r = static_cast<ncclResult_t>(op.launch(comm_, stream_));
+  // Timing events around the call: its device time excludes the waits before it on stream_.
+  cudaError_t e = TakeEvent(&free_events_, &op.start);
+  if (e == cudaSuccess) e = cudaEventRecord(op.start, stream_);
+  auto r = e == cudaSuccess ? static_cast<ncclResult_t>(op.launch(comm_, stream_)) : ncclSuccess;
   if (r == ncclInProgress) r = AwaitComm(comm_, Clock::now() + options_.timeout, kOpPoll);
-  cudaError_t e = cudaSuccess;
-  if (r == ncclSuccess) {
-    if (free_events_.empty()) {
-      cudaEvent_t ev = nullptr;
-      e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-      if (e == cudaSuccess) free_events_.push_back(ev);
-    }
-    if (e == cudaSuccess) {
-      op.event = free_events_.back();
-      free_events_.pop_back();
-      e = cudaEventRecord(op.event, stream_);
-    }
+  if (r == ncclSuccess && e == cudaSuccess) {
+    e = TakeEvent(&free_events_, &op.event);
+    if (e == cudaSuccess) e = cudaEventRecord(op.event, stream_);
   }
   in_flight_.push_back(std::move(op));
   Op* last = &in_flight_.back();
@@ -513,8 +526,19 @@ void NcclProcessGroup::Break(Op* failed, Status error) {
 }
 
 void NcclProcessGroup::FinishOp(Op& op, Status status) {
-  if (op.event != nullptr) free_events_.push_back(op.event);
-  op.event = nullptr;
+  float ms = 0;
+  if (status.ok() && op.start != nullptr && op.event != nullptr &&
+      cudaEventElapsedTime(&ms, op.start, op.event) == cudaSuccess) {
+    // Its time on the device, not the host's since issuing it, which counts the stream's wait
+    // for backward and for earlier ops (the Reducer's all-reduce time and bus bandwidth).
+    op.work->MarkStarted(Work::TimePoint::clock::now() -
+                         std::chrono::duration_cast<Work::TimePoint::duration>(
+                             std::chrono::duration<double, std::milli>(ms)));
+  }
+  for (CUevent_st** ev : {&op.start, &op.event}) {
+    if (*ev != nullptr) free_events_.push_back(*ev);
+    *ev = nullptr;
+  }
   op.owners.clear();
   NoteDone(collectives_done() + 1);  // ops finish in issue order
   op.work->Finish(std::move(status));

@@ -94,6 +94,7 @@ class NcclProcessGroup final : public ProcessGroup {
     std::shared_ptr<Work> work;
     Launch launch;
     std::vector<std::shared_ptr<const void>> owners;  // kept alive until the op completes
+    CUevent_st* start = nullptr;                      // recorded on the stream before the call
     CUevent_st* event = nullptr;                      // recorded on the stream after the call
     Clock::time_point since;                          // when it became the oldest op in flight
     CUevent_st* ready = nullptr;  // on the compute stream: inputs produced (Note [NCCL streams])
@@ -120,6 +121,7 @@ class NcclProcessGroup final : public ProcessGroup {
   // Fails `failed` (an op in flight) with `error`, aborts the communicator and fails every other
   // op in flight with Aborted; later ops fail at once.
   void Break(Op* failed, Status error);
+  // Finishes op's Work (its start the device's, when it ran) and returns its events.
   void FinishOp(Op& op, Status status);
 
   const ProcessGroupOptions options_;
