@@ -309,6 +309,7 @@ const char* PhaseName(Phase phase) {
     case Phase::kBackward: return "backward";
     case Phase::kAllReduceWait: return "allreduce_wait";
     case Phase::kOptimizer: return "optimizer";
+    case Phase::kDeviceWait: return "device_wait";
     case Phase::kEvaluate: return "evaluate";
     case Phase::kCheckpoint: return "checkpoint";
     case Phase::kDone: return "done";
@@ -479,6 +480,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     RETURN_IF_ERROR(ForwardBackward(&m, &loss_sum));
     RETURN_IF_ERROR(OptimizerStep(&m));
     // The step's one wait for the device (on a GPU): everything above only queued work.
+    SetPhase(Phase::kDeviceWait);
     m.loss = loss_sum.item() / static_cast<double>(spec_.parallelism.grad_accumulation_steps);
     for (const auto& [from, to] : forward_spans_) m.forward_seconds += timer_->Seconds(from, to);
     for (const auto& [from, to] : backward_spans_) m.backward_seconds += timer_->Seconds(from, to);

@@ -132,10 +132,12 @@ struct TrainSummary {
 // What the training thread is doing now, for health reports read from another thread (a rank
 // under the worker daemon reports it every half second; the coordinator names a hung rank by it).
 enum class Phase : int {
-  kStarting, kData, kForward, kBackward, kAllReduceWait, kOptimizer, kEvaluate, kCheckpoint,
-  kDone
+  kStarting, kData, kForward, kBackward, kAllReduceWait, kOptimizer, kDeviceWait, kEvaluate,
+  kCheckpoint, kDone
 };
-const char* PhaseName(Phase phase);  // "starting", "data", ..., "allreduce_wait", ..., "done"
+// "starting", "data", ..., "allreduce_wait", ..., "done". kDeviceWait ("device_wait"): the
+// step's one wait for its device, where a GPU rank's queued forward, backward and update run.
+const char* PhaseName(Phase phase);
 
 struct Progress {
   std::atomic<int> phase{0};                // a Phase
