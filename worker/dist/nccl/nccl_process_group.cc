@@ -507,22 +507,24 @@ void NcclProcessGroup::Break(Op* failed, Status error) {
   broken_ = error;
   if (comm_ != nullptr) ncclCommAbort(comm_);  // also stops NCCL's kernels on our stream
   comm_ = nullptr;
-  // Give the stream the timeout to drain; owners of ops it may still touch stay alive.
+  // Finish the ops now, so their waiters get this error rather than their own timeout, but
+  // keep alive what the stream may still touch until it drains (or forever, if it does not).
+  std::vector<std::shared_ptr<const void>> owners;
+  for (Op& op : in_flight_) {
+    owners.insert(owners.end(), op.owners.begin(), op.owners.end());
+    FinishOp(op, &op == failed
+                     ? error
+                     : AbortedError(op.work->name() +
+                                    ": not completed: the group broke: " + error.message()));
+  }
+  in_flight_.clear();
   const auto deadline = Clock::now() + options_.timeout;
   while (cudaStreamQuery(stream_) == cudaErrorNotReady && Clock::now() < deadline) {
     std::this_thread::sleep_for(kSetupPoll);
   }
-  const bool hung = cudaStreamQuery(stream_) == cudaErrorNotReady;
-  for (Op& op : in_flight_) {
-    if (hung) stranded_.insert(stranded_.end(), op.owners.begin(), op.owners.end());
-    if (&op == failed) {
-      FinishOp(op, error);
-    } else {
-      FinishOp(op, AbortedError(op.work->name() +
-                                ": not completed: the group broke: " + error.message()));
-    }
+  if (cudaStreamQuery(stream_) == cudaErrorNotReady) {
+    stranded_.insert(stranded_.end(), owners.begin(), owners.end());
   }
-  in_flight_.clear();
 }
 
 void NcclProcessGroup::FinishOp(Op& op, Status status) {
