@@ -9,7 +9,7 @@ namespace trainyard::kernels::cpu {
 
 // A range check of int64 indices: what is valid, and what to say when a value is not. On a
 // CUDA device the check runs without the host waiting for it (kernels/cuda/backend.h
-// CheckIndices, Note [Deferred index checks] in worker/tensor/device_kernels.cc).
+// CheckIndices, Note [Deferred index checks] in worker/tensor/device_kernels_nn.cc).
 struct IndexCheck {
   const char* op = nullptr;  // the op's name, with static storage (a fault record keeps it)
   int64_t dim = 0;           // the dim indexed, or -1 for class targets

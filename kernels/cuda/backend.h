@@ -115,7 +115,8 @@ class Backend {
   // ---- Runtime ----
   virtual int DeviceCount() = 0;  // 0 when there is no usable device (never an error)
   virtual Status Properties(int device, DeviceProperties* out) = 0;
-  virtual Status SetDevice(int device) = 0;  // for the calling thread
+  // For the calling thread; cheap when it is current already (every op calls it).
+  virtual Status SetDevice(int device) = 0;
   // Raw device memory (the caching allocator in worker/tensor sits on these).
   // ResourceExhausted with the sizes when the device is full.
   virtual Status Malloc(int device, size_t nbytes, void** out) = 0;

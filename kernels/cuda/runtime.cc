@@ -133,6 +133,8 @@ Status CudaBackendImpl::Properties(int device, DeviceProperties* out) {
 }
 
 Status CudaBackendImpl::SetDevice(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device) return OkStatus();  // cheap
   const cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) return OkStatus();
   (void)cudaGetLastError();

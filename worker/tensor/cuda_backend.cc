@@ -113,14 +113,10 @@ cuda::Stream ComputeStream(Device device) {
   TY_CHECK(device.is_cuda()) << "ComputeStream of " << device.ToString();
   cuda::Backend& b = CudaBackend();
   // The library picks its cuBLASLt and cuDNN handles, workspaces and scratch by the thread's
-  // current device, so an op on `device` makes it current (once per thread and change; the
-  // library's own switches restore the caller's device).
-  thread_local int current = -1;
-  if (current != device.index) {
-    const Status s = b.SetDevice(device.index);
-    TY_CHECK(s.ok()) << s.message();
-    current = device.index;
-  }
+  // current device, so an op on `device` makes it current (asked every time rather than
+  // remembered here: other code may switch the thread's device).
+  const Status s = b.SetDevice(device.index);
+  TY_CHECK(s.ok()) << s.message();
   return b.ComputeStream(device.index);
 }
 

@@ -37,7 +37,7 @@ cuda::Stream ComputeStream(Device device);
 
 // Waits until every op queued on the compute stream of `device` has finished, then fails with
 // the op, dim and value when an index check on the device rejected a value meanwhile (Note
-// [Deferred index checks] in device_kernels.cc). Every host wait for the compute stream goes
+// [Deferred index checks] in device_kernels_nn.cc). Every host wait for the compute stream goes
 // through here.
 void SynchronizeDevice(Device device);
 

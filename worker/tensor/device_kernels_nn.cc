@@ -177,11 +177,12 @@ void BatchNormBackward(const Tensor& x, const Tensor& gy, const Tensor& mean, co
 // the check. On a CUDA device the check is a kernel instead (Backend::CheckIndices), as
 // PyTorch's device-side asserts are: it writes a copy of the indices in which every rejected
 // value is replaced by one in bounds (0, or ignore_index for targets), so the kernels that take
-// the copy never read or write out of bounds, and records the rejected value, with the check
-// that rejected it, in a page-locked record of the device (IndexFaultRecord). Every host wait
-// for the compute stream goes through SynchronizeDevice, which reads the record and fails
-// with the same message the CPU gives at once, so a bad id stops the job at the next wait: in
-// training, the step's loss.item(), before anything reaches a checkpoint.
+// the copy never read or write out of bounds, and records a rejected value (any one of the
+// first launch that rejects some) with the check that rejected it, in a page-locked record of
+// the device (IndexFaultRecord). Every host wait for the compute stream goes through
+// SynchronizeDevice, which reads the record and fails with the message the CPU gives for that
+// value, so a bad id stops the job at the next wait: in training, at the latest the step's
+// read of its loss, before anything reaches a checkpoint.
 Tensor CheckedIndices(const Tensor& index, const IndexCheck& check) {
   TY_CHECK(index.dtype() == DType::kInt64)
       << check.op << ": indices must be int64, got " << DTypeName(index.dtype());
@@ -231,7 +232,8 @@ void IndexAddRows(const Tensor& out, int64_t row, const Tensor& index, const Ten
   if (out.device().is_cuda() &&
       (out.dtype() == DType::kBFloat16 || out.dtype() == DType::kFloat16)) {
     // The kernel's atomics would round bf16/f16 sums at every add, so that a row gathered
-    // often stops growing: sum in f32 and round once, as the CPU does.
+    // often stops growing: sum in f32 and round once (the CPU computes 16-bit floats in f32
+    // too, which HostBackend does for them).
     Tensor sum = ConvertTo(out, DType::kFloat32);
     IndexAddRows(sum, row, index, ConvertTo(src, DType::kFloat32));
     CopyInto(out, sum);

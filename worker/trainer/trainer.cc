@@ -407,17 +407,20 @@ Status Trainer::ForwardBackward(StepMetrics* m, Tensor* loss_sum) {
     if (dp_) dp_->BeforeBackward(/*sync=*/micro == micro_batches);
     RETURN_IF_ERROR(autograd::Backward(loss));
     loss = Tensor();
+    const int backward_end = timer_->Mark();
     if (dp_) {
       SetPhase(Phase::kAllReduceWait);
       RETURN_IF_ERROR(dp_->AfterBackward());
     }
-    // Backward includes the wait for the buckets (reported apart as bucket_wait_seconds).
-    backward_spans_.emplace_back(backward_start, timer_->Mark());
+    // Backward includes the wait for the buckets, which is also reported apart, on the same
+    // clock: on a GPU the stream's idle time from backward's end until the buckets are in.
+    const int waited = timer_->Mark();
+    backward_spans_.emplace_back(backward_start, waited);
+    if (dp_) bucket_wait_spans_.emplace_back(backward_end, waited);
   }
   if (dp_) {
     const dist::ReducerStats& stats = dp_->reducer().stats();
     m->allreduce_seconds = stats.comm_seconds;
-    m->bucket_wait_seconds = stats.wait_seconds;
     m->bus_bandwidth = stats.bus_bandwidth;
   }
   return OkStatus();
@@ -476,14 +479,21 @@ StatusOr<TrainSummary> Trainer::Run() {
     timer_->Clear();
     forward_spans_.clear();
     backward_spans_.clear();
+    bucket_wait_spans_.clear();
     Tensor loss_sum;
     RETURN_IF_ERROR(ForwardBackward(&m, &loss_sum));
     RETURN_IF_ERROR(OptimizerStep(&m));
-    // The step's one wait for the device (on a GPU): everything above only queued work.
+    // The step's wait for the device (on a GPU, forward, backward and the update above were
+    // only queued; clipping, the fp16 scaler and data parallelism's buckets wait earlier). The
+    // update is applied before the loss is seen: a non-finite one fails the job just below,
+    // before anything is saved.
     SetPhase(Phase::kDeviceWait);
     m.loss = loss_sum.item() / static_cast<double>(spec_.parallelism.grad_accumulation_steps);
     for (const auto& [from, to] : forward_spans_) m.forward_seconds += timer_->Seconds(from, to);
     for (const auto& [from, to] : backward_spans_) m.backward_seconds += timer_->Seconds(from, to);
+    for (const auto& [from, to] : bucket_wait_spans_) {
+      m.bucket_wait_seconds += timer_->Seconds(from, to);
+    }
     m.optimizer_seconds = timer_->Seconds(optimizer_span_.first, optimizer_span_.second);
     // Ranks must stop at the same step: with data parallelism the request counts once every
     // rank has seen it through the step's agreement.

@@ -136,7 +136,7 @@ enum class Phase : int {
   kCheckpoint, kDone
 };
 // "starting", "data", ..., "allreduce_wait", ..., "done". kDeviceWait ("device_wait"): the
-// step's one wait for its device, where a GPU rank's queued forward, backward and update run.
+// step's last wait for its device (for the loss), while a GPU rank's queued work runs.
 const char* PhaseName(Phase phase);
 
 struct Progress {
@@ -209,7 +209,7 @@ class Trainer {
   Status Restore();
   Status StartDataParallel();
   // Forward and backward over the step's micro-batches: fills epoch, samples and the data and
-  // all-reduce times, sums the micro-batches' losses into *loss_sum (on the device) and marks
+  // all-reduce time, sums the micro-batches' losses into *loss_sum (on the device) and marks
   // the forward and backward spans on timer_.
   Status ForwardBackward(StepMetrics* m, Tensor* loss_sum);
   Status OptimizerStep(StepMetrics* m);
@@ -243,6 +243,7 @@ class Trainer {
   // The step's phases on device_'s stream, read after the step's wait for the loss.
   std::unique_ptr<StreamTimer> timer_;
   std::vector<std::pair<int, int>> forward_spans_, backward_spans_;  // per micro-batch
+  std::vector<std::pair<int, int>> bucket_wait_spans_;               // data parallel
   std::pair<int, int> optimizer_span_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> eval_loader_;

@@ -113,13 +113,9 @@ TEST(NcclProcessGroupTest, AllReduceSumsAveragesAndMaxesEveryDtype) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
         DeviceCopy t(g.device(),
                      Make(dtype, len, [&](int64_t i) { return (g.rank() + 1) * (i % 5 + 1); }));
-        const auto issued = Clock::now();
         auto work = g.AllReduce(t.buffer(), op);
         ASSERT_TRUE(WaitFor(g, *work).ok()) << work->name();
         EXPECT_EQ(work->bytes(), len * static_cast<int64_t>(ElementSize(dtype)));
-        // Its device time (timing events around the call), within the host's wait for it.
-        EXPECT_GE(work->start_time(), issued) << work->name();
-        EXPECT_LE(work->start_time(), work->end_time()) << work->name();
         const std::vector<double> got = t.Download();
         for (int64_t i = 0; i < len; ++i) {
           const double k = i % 5 + 1, sum = k * n * (n + 1) / 2;
