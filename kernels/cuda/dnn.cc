@@ -375,12 +375,13 @@ void RunBatchNorm(const char* what, int64_t outer, int64_t c, int64_t inner, dou
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
 
-// Calls f(part, first) over parts of the batch in which x and y have at most INT_MAX elements
-// each (cuDNN's legacy descriptors take no more; PyTorch splits the batch the same way).
-// `first` is the part's first item.
+// Calls f(part, x_offset, y_offset) over parts of the batch in which x and y have at most
+// INT_MAX elements each (cuDNN's legacy descriptors take no more; PyTorch splits the batch the
+// same way). The offsets, in elements, are of the part's first item in x (and gx) and y (gy).
 template <typename F>
 void ForEachBatchPart(const ConvDims& d, const F& f) {
-  const int64_t item = std::max({d.c * d.h * d.w, d.k * d.out_h * d.out_w, int64_t{1}});
+  const int64_t x_item = d.c * d.h * d.w, y_item = d.k * d.out_h * d.out_w;
+  const int64_t item = std::max({x_item, y_item, int64_t{1}});
   TY_CHECK(item <= INT_MAX) << "conv: one item of the batch has " << item
                             << " elements, more than cuDNN takes (" << INT_MAX
                             << "): " << Describe(d);
@@ -388,7 +389,7 @@ void ForEachBatchPart(const ConvDims& d, const F& f) {
   for (int64_t first = 0; first < d.n; first += part) {
     ConvDims p = d;
     p.n = std::min(part, d.n - first);
-    f(p, first);
+    f(p, first * x_item, first * y_item);
   }
 }
 
@@ -403,9 +404,9 @@ P Advance(P p, ScalarType type, int64_t elements) {
 
 void CudaBackendImpl::ConvForward(ScalarType type, const ConvDims& d, const void* x, const void* w,
                                   void* y, Stream stream) {
-  ForEachBatchPart(d, [&](const ConvDims& part, int64_t first) {
-    const void* xp = Advance(x, type, first * d.c * d.h * d.w);
-    void* yp = Advance(y, type, first * d.k * d.out_h * d.out_w);
+  ForEachBatchPart(d, [&](const ConvDims& part, int64_t x_offset, int64_t y_offset) {
+    const void* xp = Advance(x, type, x_offset);
+    void* yp = Advance(y, type, y_offset);
     RunConv(Direction::kForward, type, part, stream, [&](cudnnHandle_t h, const Plan& p, void* ws) {
       return cudnnConvolutionForward(h, &kOne, p.x, xp, p.w, w, p.conv, p.fwd, ws,
                                      p.workspace_bytes, &kZero, p.y, yp);
@@ -415,9 +416,9 @@ void CudaBackendImpl::ConvForward(ScalarType type, const ConvDims& d, const void
 
 void CudaBackendImpl::ConvBackwardData(ScalarType type, const ConvDims& d, const void* w,
                                        const void* gy, void* gx, Stream stream) {
-  ForEachBatchPart(d, [&](const ConvDims& part, int64_t first) {
-    const void* gyp = Advance(gy, type, first * d.k * d.out_h * d.out_w);
-    void* gxp = Advance(gx, type, first * d.c * d.h * d.w);
+  ForEachBatchPart(d, [&](const ConvDims& part, int64_t x_offset, int64_t y_offset) {
+    const void* gyp = Advance(gy, type, y_offset);
+    void* gxp = Advance(gx, type, x_offset);
     RunConv(Direction::kBackwardData, type, part, stream,
             [&](cudnnHandle_t h, const Plan& p, void* ws) {
               return cudnnConvolutionBackwardData(h, &kOne, p.w, w, p.y, gyp, p.conv, p.bwd_data,
@@ -433,10 +434,11 @@ void CudaBackendImpl::ConvBackwardFilter(ScalarType type, const ConvDims& d, con
     Fill(type, d.k * (d.c / d.groups) * d.r * d.s, gw, 0.0, stream);
     return;
   }
-  ForEachBatchPart(d, [&](const ConvDims& part, int64_t first) {
-    const void* xp = Advance(x, type, first * d.c * d.h * d.w);
-    const void* gyp = Advance(gy, type, first * d.k * d.out_h * d.out_w);
-    const float* beta = first == 0 ? &kZero : &kOne;  // later parts add to the first's
+  ForEachBatchPart(d, [&](const ConvDims& part, int64_t x_offset, int64_t y_offset) {
+    const void* xp = Advance(x, type, x_offset);
+    const void* gyp = Advance(gy, type, y_offset);
+    // The first part overwrites gw, later ones add to it.
+    const float* beta = x_offset == 0 && y_offset == 0 ? &kZero : &kOne;
     RunConv(Direction::kBackwardFilter, type, part, stream,
             [&](cudnnHandle_t h, const Plan& p, void* ws) {
               return cudnnConvolutionBackwardFilter(h, &kOne, p.x, xp, p.y, gyp, p.conv,

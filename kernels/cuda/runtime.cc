@@ -182,19 +182,18 @@ void CudaBackendImpl::StreamSynchronize(Stream stream) {
   TY_CUDA_CHECK(cudaStreamSynchronize(AsStream(stream)));
 }
 
-Event CudaBackendImpl::CreateEvent(int device) {
+namespace {
+Event NewEvent(int device, unsigned flags) {
   DeviceGuard guard(device);
   cudaEvent_t e = nullptr;
-  TY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  TY_CUDA_CHECK(cudaEventCreateWithFlags(&e, flags));
   return e;
 }
+}  // namespace
 
-Event CudaBackendImpl::CreateTimingEvent(int device) {
-  DeviceGuard guard(device);
-  cudaEvent_t e = nullptr;
-  TY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));
-  return e;
-}
+Event CudaBackendImpl::CreateEvent(int device) { return NewEvent(device, cudaEventDisableTiming); }
+
+Event CudaBackendImpl::CreateTimingEvent(int device) { return NewEvent(device, cudaEventDefault); }
 
 double CudaBackendImpl::EventSeconds(Event start, Event end) {
   float ms = 0;

@@ -129,13 +129,9 @@ void SynchronizeDevice(Device device) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (device.index < static_cast<int>(s.faults.size())) record = s.faults[device.index];
   }
-  if (record == nullptr) return;
   // The device wrote the record; the wait above ordered those writes before these reads.
-  const volatile cuda::IndexFault* r = record;
-  if (r->check.op == nullptr) return;
-  const cuda::IndexFault fault{
-      {r->check.op, r->check.dim, r->check.size, r->check.has_ignore, r->check.ignore_index},
-      r->value};
+  if (record == nullptr || record->check.op == nullptr) return;
+  const cuda::IndexFault fault = *record;
   *record = cuda::IndexFault{};
   TY_CHECK(false) << device::IndexCheckMessage(fault.check, fault.value) << " (on "
                   << device.ToString()

@@ -229,17 +229,16 @@ void IndexRows(const Tensor& x, int64_t row, const Tensor& index, const Tensor& 
 }
 
 void IndexAddRows(const Tensor& out, int64_t row, const Tensor& index, const Tensor& src) {
-  if (out.device().is_cuda() &&
-      (out.dtype() == DType::kBFloat16 || out.dtype() == DType::kFloat16)) {
-    // The kernel's atomics would round bf16/f16 sums at every add, so that a row gathered
-    // often stops growing: sum in f32 and round once (the CPU computes 16-bit floats in f32
-    // too, which HostBackend does for them).
-    Tensor sum = ConvertTo(out, DType::kFloat32);
-    IndexAddRows(sum, row, index, ConvertTo(src, DType::kFloat32));
-    CopyInto(out, sum);
-    return;
-  }
   if (out.device().is_cuda()) {
+    if (out.dtype() == DType::kBFloat16 || out.dtype() == DType::kFloat16) {
+      // The kernel's atomics would round bf16/f16 sums at every add, so that a row gathered
+      // often stops growing: sum in f32 and round once (the CPU computes 16-bit floats in f32
+      // too, which HostBackend does for them).
+      Tensor sum = ConvertTo(out, DType::kFloat32);
+      IndexAddRows(sum, row, index, ConvertTo(src, DType::kFloat32));
+      CopyInto(out, sum);
+      return;
+    }
     B().IndexAddRows(T(out), out.raw_data(), row, index.data<int64_t>(), index.numel(),
                      src.raw_data(), S(out));
     return;

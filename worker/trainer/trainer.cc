@@ -402,7 +402,7 @@ Status Trainer::ForwardBackward(StepMetrics* m, Tensor* loss_sum) {
 
     SetPhase(Phase::kBackward);
     const int backward_start = timer_->Mark();
-    forward_spans_.emplace_back(forward_start, backward_start);
+    spans_.emplace_back(&StepMetrics::forward_seconds, forward_start, backward_start);
     ++micro;
     if (dp_) dp_->BeforeBackward(/*sync=*/micro == micro_batches);
     RETURN_IF_ERROR(autograd::Backward(loss));
@@ -415,8 +415,8 @@ Status Trainer::ForwardBackward(StepMetrics* m, Tensor* loss_sum) {
     // Backward includes the wait for the buckets, which is also reported apart, on the same
     // clock: on a GPU the stream's idle time from backward's end until the buckets are in.
     const int waited = timer_->Mark();
-    backward_spans_.emplace_back(backward_start, waited);
-    if (dp_) bucket_wait_spans_.emplace_back(backward_end, waited);
+    spans_.emplace_back(&StepMetrics::backward_seconds, backward_start, waited);
+    if (dp_) spans_.emplace_back(&StepMetrics::bucket_wait_seconds, backward_end, waited);
   }
   if (dp_) {
     const dist::ReducerStats& stats = dp_->reducer().stats();
@@ -453,7 +453,7 @@ Status Trainer::OptimizerStep(StepMetrics* m) {
     // Data parallel keeps each .grad a view into its bucket: zero it rather than drop it.
     optimizer_->ZeroGrad(/*set_to_none=*/dp_ == nullptr);
   }
-  optimizer_span_ = {start, timer_->Mark()};
+  spans_.emplace_back(&StepMetrics::optimizer_seconds, start, timer_->Mark());
   return OkStatus();
 }
 
@@ -477,9 +477,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     if (optimizer_) optimizer_->set_lr(m.lr);
     if (dp_ && dp_->zero()) dp_->zero()->set_lr(m.lr);
     timer_->Clear();
-    forward_spans_.clear();
-    backward_spans_.clear();
-    bucket_wait_spans_.clear();
+    spans_.clear();
     Tensor loss_sum;
     RETURN_IF_ERROR(ForwardBackward(&m, &loss_sum));
     RETURN_IF_ERROR(OptimizerStep(&m));
@@ -489,12 +487,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     // before anything is saved.
     SetPhase(Phase::kDeviceWait);
     m.loss = loss_sum.item() / static_cast<double>(spec_.parallelism.grad_accumulation_steps);
-    for (const auto& [from, to] : forward_spans_) m.forward_seconds += timer_->Seconds(from, to);
-    for (const auto& [from, to] : backward_spans_) m.backward_seconds += timer_->Seconds(from, to);
-    for (const auto& [from, to] : bucket_wait_spans_) {
-      m.bucket_wait_seconds += timer_->Seconds(from, to);
-    }
-    m.optimizer_seconds = timer_->Seconds(optimizer_span_.first, optimizer_span_.second);
+    for (const auto& [seconds, from, to] : spans_) m.*seconds += timer_->Seconds(from, to);
     // Ranks must stop at the same step: with data parallelism the request counts once every
     // rank has seen it through the step's agreement.
     std::optional<bool> agreed_stop;

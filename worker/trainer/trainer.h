@@ -44,7 +44,7 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "common/status.h"
@@ -240,11 +240,10 @@ class Trainer {
   std::unique_ptr<optim::LrSchedule> schedule_;
   Device device_;                                // spec.device: cpu, or this rank's GPU
   std::unique_ptr<data::DeviceCopier> copier_;   // batches to device_ (CUDA only)
-  // The step's phases on device_'s stream, read after the step's wait for the loss.
+  // The step's phases on device_'s stream, read after the step's wait for the loss: each span
+  // adds the time from one mark to another to a StepMetrics field.
   std::unique_ptr<StreamTimer> timer_;
-  std::vector<std::pair<int, int>> forward_spans_, backward_spans_;  // per micro-batch
-  std::vector<std::pair<int, int>> bucket_wait_spans_;               // data parallel
-  std::pair<int, int> optimizer_span_;
+  std::vector<std::tuple<double StepMetrics::*, int, int>> spans_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> eval_loader_;
   std::unique_ptr<CheckpointManager> checkpoints_;
