@@ -2,21 +2,21 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "worker/autograd/grad_mode.h"
 #include "worker/ops/elementwise.h"
+#include "worker/ops/reduction.h"
 #include "worker/optim/validate.h"
 #include "worker/tensor/device_kernels.h"
+#include "worker/tensor/factories.h"
 
 namespace trainyard::optim {
 namespace {
 
-// sum |g|^p over all grads (p finite), or max |g| (p infinite). Each gradient's part is
-// written into one float64 tensor on its device, read back with one copy.
-double Accumulate(const std::vector<Tensor>& grads, double p) {
-  const bool inf = std::isinf(p);
-  double acc = 0;
-  if (grads.empty()) return acc;
+// sum |g|^p over all grads (p finite), or max |g| (p infinite), as a scalar on their device:
+// each gradient's part is written into one float64 tensor, reduced there.
+Tensor Accumulate(const std::vector<Tensor>& grads, double p) {
   const Device device = grads[0].device();
   Tensor parts =
       Empty({static_cast<int64_t>(grads.size())}, Options(DType::kFloat64).set_device(device));
@@ -26,15 +26,9 @@ double Accumulate(const std::vector<Tensor>& grads, double p) {
         << grads[i].device().ToString();
     device::NormPowInto(ContiguousData(grads[i]), p, parts, static_cast<int64_t>(i));
   }
-  for (double part : ToVector<double>(parts)) {
-    if (inf) {
-      acc = (part != part || acc != acc) ? std::numeric_limits<double>::quiet_NaN()
-                                         : std::max(acc, part);
-    } else {
-      acc += part;
-    }
-  }
-  return acc;
+  // Reduced in float64 where the device computes in it (the CPU), else in float32, as PyTorch.
+  if (!device::ComputesIn(device, DType::kFloat64)) parts = ConvertTo(parts, DType::kFloat32);
+  return std::isinf(p) ? ops::Max(parts) : ops::Sum(parts);  // Max keeps a NaN
 }
 
 }  // namespace
@@ -45,7 +39,7 @@ Status ValidateClipGradNorm(double max_norm, double norm_type) {
   return internal::CheckPositive("clip_grad_norm", "norm_type", norm_type);
 }
 
-double ClipGradNorm(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+Tensor ClipGradNorm(const std::vector<Tensor>& params, double max_norm, double norm_type) {
   const Status valid = ValidateClipGradNorm(max_norm, norm_type);
   TY_CHECK(valid.ok()) << valid.message();
   std::vector<Tensor> grads;
@@ -53,16 +47,21 @@ double ClipGradNorm(const std::vector<Tensor>& params, double max_norm, double n
     Tensor g = p.grad();
     if (g.defined()) grads.push_back(g);
   }
-  if (grads.empty()) return 0;
-  const double acc = Accumulate(grads, norm_type);
-  const double total = std::isinf(norm_type) ? acc
-                       : norm_type == 2      ? std::sqrt(acc)
-                       : norm_type == 1      ? acc
-                                             : std::pow(acc, 1 / norm_type);
-  const double coef = max_norm / (total + 1e-6);
-  if (!(coef >= 1)) {  // NaN too: PyTorch multiplies by clamp(coef, max=1), which keeps NaN
-    NoGradGuard no_grad;
-    for (const Tensor& g : grads) ops::MulScalarInPlace(g, coef);
+  if (grads.empty()) return Scalar(0.0, Options(DType::kFloat64));
+  NoGradGuard no_grad;
+  const Tensor acc = Accumulate(grads, norm_type);
+  const Tensor total = std::isinf(norm_type) || norm_type == 1 ? acc
+                       : norm_type == 2                        ? ops::Sqrt(acc)
+                                                               : ops::Pow(acc, 1 / norm_type);
+  // min(max_norm / (total + 1e-6), 1), NaN kept (Clamp passes it through, as torch.clamp).
+  const Tensor coef =
+      ops::Clamp(ops::MulScalar(ops::Pow(ops::AddScalar(total, 1e-6), -1), max_norm),
+                 -std::numeric_limits<double>::infinity(), 1);
+  std::map<DType, Tensor> coef_as;  // coef in each gradient dtype, converted once
+  for (const Tensor& g : grads) {
+    Tensor& c = coef_as[g.dtype()];
+    if (!c.defined()) c = ConvertTo(coef, g.dtype(), /*copy=*/false);
+    ops::MulInPlace(g, c);
   }
   return total;
 }

@@ -9,13 +9,15 @@
 namespace trainyard::optim {
 
 // The norm of all defined gradients of `params` taken together as one vector:
-// (sum |g|^norm_type)^(1 / norm_type), or max |g| when norm_type is +infinity. If
-// max_norm / (total + 1e-6) < 1, every such gradient is multiplied by that factor in place.
-// Returns the total norm before clipping (0 when no gradient is defined). A NaN or infinite
-// total is returned as is and poisons the gradients, as in PyTorch; callers that skip such
-// steps check the result. Gradients are float32 or float64 on the CPU. Preconditions
-// (TY_CHECK): ValidateClipGradNorm(max_norm, norm_type) is OK.
-double ClipGradNorm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+// (sum |g|^norm_type)^(1 / norm_type), or max |g| when norm_type is +infinity; every such
+// gradient is multiplied in place by min(max_norm / (total + 1e-6), 1). Returns the total norm
+// before clipping as a scalar on the gradients' device (float64 on the CPU, float32 on a GPU,
+// which has no float64 arithmetic; 0 on the CPU when no gradient is defined). As in PyTorch,
+// everything stays on the device: nothing here makes the host wait for the gradients, and the
+// caller reads the norm when it needs the value. A NaN or infinite total poisons the gradients, as
+// in PyTorch; callers that skip such steps check the result. Gradients are floating, all on one
+// device. Preconditions (TY_CHECK): ValidateClipGradNorm(max_norm, norm_type) is OK.
+Tensor ClipGradNorm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
 // InvalidArgument unless max_norm is finite and >= 0 and norm_type is finite and > 0 or
 // +infinity. For job-spec settings, before training starts.

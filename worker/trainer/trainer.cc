@@ -428,7 +428,7 @@ Status Trainer::ForwardBackward(StepMetrics* m, Tensor* loss_sum) {
 
 bool Trainer::StopRequested() const { return options_.stop != nullptr && options_.stop->load(); }
 
-Status Trainer::OptimizerStep(StepMetrics* m) {
+Status Trainer::OptimizerStep(StepMetrics* m, Tensor* grad_norm) {
   SetPhase(Phase::kOptimizer);
   const int start = timer_->Mark();
   m->grad_norm = std::nan("");
@@ -443,12 +443,12 @@ Status Trainer::OptimizerStep(StepMetrics* m) {
     // gradients; a non-finite norm belongs to a step the scaler skips.
     m->loss_scale = scaler_->scale();
     scaler_->UnscaleAndCheck(params_);
-    if (clip > 0) m->grad_norm = optim::ClipGradNorm(params_, clip);
+    if (clip > 0) *grad_norm = optim::ClipGradNorm(params_, clip);
     m->skipped = !scaler_->Step(*optimizer_, params_);
     scaler_->Update(/*found_inf=*/m->skipped);
     optimizer_->ZeroGrad(/*set_to_none=*/dp_ == nullptr);
   } else {
-    if (clip > 0) m->grad_norm = optim::ClipGradNorm(params_, clip);
+    if (clip > 0) *grad_norm = optim::ClipGradNorm(params_, clip);
     optimizer_->Step();
     // Data parallel keeps each .grad a view into its bucket: zero it rather than drop it.
     optimizer_->ZeroGrad(/*set_to_none=*/dp_ == nullptr);
@@ -478,15 +478,16 @@ StatusOr<TrainSummary> Trainer::Run() {
     if (dp_ && dp_->zero()) dp_->zero()->set_lr(m.lr);
     timer_->Clear();
     spans_.clear();
-    Tensor loss_sum;
+    Tensor loss_sum, grad_norm;
     RETURN_IF_ERROR(ForwardBackward(&m, &loss_sum));
-    RETURN_IF_ERROR(OptimizerStep(&m));
-    // The step's wait for the device (on a GPU, forward, backward and the update above were
-    // only queued; clipping, the fp16 scaler and data parallelism's buckets wait earlier). The
-    // update is applied before the loss is seen: a non-finite one fails the job just below,
-    // before anything is saved.
+    RETURN_IF_ERROR(OptimizerStep(&m, &grad_norm));
+    // The step's wait for the device (on a GPU, forward, backward, clipping and the update
+    // above were only queued; the fp16 scaler, ZeRO's clipping and data parallelism's buckets
+    // wait earlier). The update is applied before the loss is seen: a non-finite one fails the
+    // job just below, before anything is saved.
     SetPhase(Phase::kDeviceWait);
     m.loss = loss_sum.item() / static_cast<double>(spec_.parallelism.grad_accumulation_steps);
+    if (grad_norm.defined()) m.grad_norm = grad_norm.item();  // computed by now: no wait
     for (const auto& [seconds, from, to] : spans_) m.*seconds += timer_->Seconds(from, to);
     // Ranks must stop at the same step: with data parallelism the request counts once every
     // rank has seen it through the step's agreement.

@@ -212,7 +212,9 @@ class Trainer {
   // all-reduce time, sums the micro-batches' losses into *loss_sum (on the device) and marks
   // the forward and backward spans on timer_.
   Status ForwardBackward(StepMetrics* m, Tensor* loss_sum);
-  Status OptimizerStep(StepMetrics* m);
+  // Clips (spec.grad_clip_norm) and steps the optimizer; the clipped norm, unless ZeRO's (read
+  // there), goes to *grad_norm on the device, to be read with the loss.
+  Status OptimizerStep(StepMetrics* m, Tensor* grad_norm);
   bool StopRequested() const;
   void SetPhase(Phase p) {
     if (options_.progress) options_.progress->Set(p);

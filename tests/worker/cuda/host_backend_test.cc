@@ -25,6 +25,7 @@
 #include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
 #include "worker/optim/adam.h"
+#include "worker/optim/clip_grad.h"
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/views.h"
 
@@ -366,6 +367,24 @@ TEST_F(HostBackendTest, AdamUpdatesEveryCudaParameterInOneLaunchPerStep) {
   (*opt)->Step();
   EXPECT_EQ(backend_.launches("AdamMulti"), 1);
   EXPECT_NEAR(ToVector<float>(a)[0], 1 - 1e-3, 1e-7);
+}
+
+// As torch.nn.utils.clip_grad_norm_: the norm and the clip factor stay on the device, so the
+// host need not wait for backward before it queues the optimizer.
+TEST_F(HostBackendTest, ClipGradNormQueuesEverythingAndTheHostReadsTheNormLater) {
+  auto opts = Options(DType::kFloat32).set_device(kCuda);
+  Tensor a = Zeros({2}, opts).set_requires_grad(true);
+  Tensor b = Zeros({2}, opts.set_dtype(DType::kBFloat16)).set_requires_grad(true);
+  a.set_grad(CopyToDevice(FromVector<float>({3, 0}), kCuda));
+  b.set_grad(CopyToDevice(ConvertTo(FromVector<float>({0, 4}), DType::kBFloat16), kCuda));
+  const int64_t reads = backend_.launches("Memcpy.to_host"), syncs = backend_.launches("Sync");
+  const Tensor total = optim::ClipGradNorm({a, b}, 2.5);
+  EXPECT_EQ(backend_.launches("Memcpy.to_host"), reads);
+  EXPECT_EQ(backend_.launches("Sync"), syncs);
+  EXPECT_TRUE(total.device().is_cuda());
+  EXPECT_EQ(total.item(), 5.0);
+  EXPECT_NEAR(ToVector<float>(a.grad())[0], 1.5, 1e-6);
+  EXPECT_NEAR(ToVector<float>(ConvertTo(b.grad(), DType::kFloat32))[1], 2.0, 1e-2);
 }
 
 // ---- Device memory ----

@@ -125,15 +125,16 @@ TEST_F(HostBackendTrainerTest, Fp16OnCudaScalesTheLossAndTrains) {
 }
 
 // On a device the host waits for a step once, to read its loss after the update: forward,
-// backward and the optimizer only queue work (clipping, off here, reads the gradients' norm).
-TEST_F(HostBackendTrainerTest, AStepReadsNothingButItsLossFromTheDevice) {
-  auto reads = [&](int64_t steps) {
+// backward, clipping and the optimizer only queue work. The clipped norm is read with the loss.
+TEST_F(HostBackendTrainerTest, AStepReadsNothingButItsLossAndNormFromTheDevice) {
+  auto reads = [&](int64_t steps, const std::string& clip) {
     const spec::JobSpec spec = ParseSpec(
         R"({"model": {"gpt": {"context": 16, "n_layer": 1, "n_head": 2, "n_embd": 16}},
             "data": {"text": {"path": ")" +
         text_ + R"("}}, "optimizer": {"adamw": {"lr": 0.01}}, "batch_size": 4, "steps": )" +
         std::to_string(steps) + R"(, "seed": 3, "device": "cuda",
-            "parallelism": {"grad_accumulation_steps": 2}, "eval": {"max_batches": 2}})");
+            "parallelism": {"grad_accumulation_steps": 2}, "eval": {"max_batches": 2})" +
+        clip + "}");
     const int64_t before = backend_.launches("Memcpy.to_host");
     const std::vector<StepMetrics> metrics = Run(spec);
     EXPECT_EQ(metrics.size(), static_cast<size_t>(steps));
@@ -141,11 +142,16 @@ TEST_F(HostBackendTrainerTest, AStepReadsNothingButItsLossFromTheDevice) {
       EXPECT_GT(m.forward_seconds, 0);
       EXPECT_GT(m.backward_seconds, 0);
       EXPECT_GT(m.optimizer_seconds, 0);
+      EXPECT_EQ(std::isnan(m.grad_norm), clip.empty()) << m.grad_norm;
+      if (!clip.empty()) {
+        EXPECT_GT(m.grad_norm, 0);
+      }
     }
     return backend_.launches("Memcpy.to_host") - before;
   };
-  const int64_t three = reads(3), six = reads(6);
-  EXPECT_EQ(six - three, 3) << "reads per step beyond the loss's one";
+  EXPECT_EQ(reads(6, "") - reads(3, ""), 3) << "reads per step beyond the loss's one";
+  const std::string clip = R"(, "grad_clip_norm": 0.5)";
+  EXPECT_EQ(reads(6, clip) - reads(3, clip), 6) << "reads per step: the loss and the norm";
 }
 
 TEST_F(HostBackendTrainerTest, ACheckpointOfACudaRunResumesOnTheCpuExactly) {
