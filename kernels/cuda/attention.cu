@@ -46,6 +46,7 @@ constexpr int kQgRows = 64, kQgKeys = 32;
 
 struct Dims {
   int l, s, e;
+  int heads;         // AttentionArgs::heads: how operands address batch items
   float scale;       // as given
   float scale_log2;  // scale * log2(e): scores in log2 units
 };
@@ -62,13 +63,13 @@ __device__ __forceinline__ float HalfWarpSum(float v) {
   return v;
 }
 
-// dst (rows, kD + 1) f32 = src rows [row0, row0 + rows) of a (n, e) array, zero past n rows
-// or e columns.
+// dst (rows, kD + 1) f32 = src rows [row0, row0 + rows) of an (n, e) array with rows ld
+// apart, zero past n rows or e columns.
 template <typename T, int kD>
-__device__ void LoadTile(float* dst, const T* src, int row0, int rows, int n, int e) {
+__device__ void LoadTile(float* dst, const T* src, int64_t ld, int row0, int rows, int n, int e) {
   for (int idx = threadIdx.x; idx < rows * kD; idx += kThreads) {
     const int r = idx / kD, d = idx % kD, row = row0 + r;
-    dst[r * (kD + 1) + d] = row < n && d < e ? Load(src + static_cast<int64_t>(row) * e + d) : 0.0f;
+    dst[r * (kD + 1) + d] = row < n && d < e ? Load(src + row * ld + d) : 0.0f;
   }
 }
 
@@ -160,7 +161,8 @@ __device__ __forceinline__ void OnlineSoftmax(float (&sc)[kR][kC], float (&m)[kR
 // heaviest when causal, first). q, out: (batch, l, e); k, v: (batch, s, e); lse: (batch, l).
 template <typename T, int kD, bool kCausal>
 __global__ void __launch_bounds__(kThreads)
-    ForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse, Dims dm, int tiles) {
+    ForwardKernel(Operand<const T> q, Operand<const T> k, Operand<const T> v, Operand<T> out,
+                  float* lse, Dims dm, int tiles) {
   constexpr int kLd = kD + 1, kR = kFwdRows / kGroups, kC = kFwdKeys / 16, kJ = kD / 16;
   extern __shared__ float smem[];
   float* qs = smem;                 // (kFwdRows, kLd)
@@ -169,8 +171,8 @@ __global__ void __launch_bounds__(kThreads)
   float* ps = vs + kFwdKeys * kLd;  // (kFwdRows, kFwdKeys + 1)
   const int q0 = (tiles - 1 - static_cast<int>(blockIdx.x % tiles)) * kFwdRows;
   const int64_t b = blockIdx.x / tiles;
-  const int64_t q_off = b * dm.l * dm.e, k_off = b * dm.s * dm.e;
-  LoadTile<T, kD>(qs, q + q_off, q0, kFwdRows, dm.l, dm.e);
+  const T *qb = q.Item(b, dm.heads), *kb = k.Item(b, dm.heads), *vb = v.Item(b, dm.heads);
+  LoadTile<T, kD>(qs, qb, q.row, q0, kFwdRows, dm.l, dm.e);
   float o[kR][kJ] = {}, m[kR], sum[kR];
 #pragma unroll
   for (int i = 0; i < kR; ++i) {
@@ -180,8 +182,8 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_end = kCausal ? min(dm.s, q0 + kFwdRows) : dm.s;
   for (int k0 = 0; k0 < kv_end; k0 += kFwdKeys) {
     __syncthreads();  // the previous tile's readers are done (and qs is loaded)
-    LoadTile<T, kD>(ks, k + k_off, k0, kFwdKeys, dm.s, dm.e);
-    LoadTile<T, kD>(vs, v + k_off, k0, kFwdKeys, dm.s, dm.e);
+    LoadTile<T, kD>(ks, kb, k.row, k0, kFwdKeys, dm.s, dm.e);
+    LoadTile<T, kD>(vs, vb, v.row, k0, kFwdKeys, dm.s, dm.e);
     __syncthreads();
     float sc[kR][kC] = {};
     MicroNT<kR, kC, kD>(qs, kLd, ks, kLd, sc);
@@ -190,6 +192,7 @@ __global__ void __launch_bounds__(kThreads)
     MicroNN<kR, kJ, kFwdKeys>(ps, kFwdKeys + 1, vs, kLd, o);
   }
   const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
+  T* ob = out.Item(b, dm.heads);
 #pragma unroll
   for (int i = 0; i < kR; ++i) {
     const int row = q0 + tr + kGroups * i;
@@ -198,22 +201,26 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
       const int d = tc + 16 * j;
-      if (d < dm.e) out[q_off + static_cast<int64_t>(row) * dm.e + d] = FromFloat<T>(o[i][j] * inv);
+      if (d < dm.e) ob[row * out.row + d] = FromFloat<T>(o[i][j] * inv);
     }
     if (tc == 0) lse[b * dm.l + row] = sum[i] > 0 ? m[i] * kLn2 + logf(sum[i]) : INFINITY;
   }
 }
 
-// dvec[r] = sum_d gout[r, d] out[r, d] over rows (rows, e); a warp per row.
+// dvec[r] = sum_d gout[r, d] out[r, d] over the batch * l rows r = b * l + i (row i of item
+// b); a warp per row.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    RowDotKernel(const T* gout, const T* out, float* dvec, int64_t rows, int e) {
+    RowDotKernel(Operand<const T> gout, Operand<const T> out, float* dvec, int64_t rows, Dims dm) {
   const int lane = threadIdx.x % 32;
   const int64_t step = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32; r < rows;
        r += step) {
+    const int64_t b = r / dm.l, i = r % dm.l;
+    const T* g = gout.Item(b, dm.heads) + i * gout.row;
+    const T* y = out.Item(b, dm.heads) + i * out.row;
     float acc = 0;
-    for (int d = lane; d < e; d += 32) acc += Load(gout + r * e + d) * Load(out + r * e + d);
+    for (int d = lane; d < dm.e; d += 32) acc += Load(g + d) * Load(y + d);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) dvec[r] = acc;
@@ -224,10 +231,10 @@ __global__ void __launch_bounds__(kThreads)
 // log2 units (+inf past l, so P is 0 there) and D (0 past l).
 template <typename T, int kD, int kRows>
 __device__ void LoadQueryTile(float* qs, float* dos, float* lse_s, float* d_s, const T* q,
-                              const T* gout, const float* lse, const float* dvec, int q0,
-                              const Dims& dm) {
-  LoadTile<T, kD>(qs, q, q0, kRows, dm.l, dm.e);
-  LoadTile<T, kD>(dos, gout, q0, kRows, dm.l, dm.e);
+                              int64_t q_ld, const T* gout, int64_t gout_ld, const float* lse,
+                              const float* dvec, int q0, const Dims& dm) {
+  LoadTile<T, kD>(qs, q, q_ld, q0, kRows, dm.l, dm.e);
+  LoadTile<T, kD>(dos, gout, gout_ld, q0, kRows, dm.l, dm.e);
   for (int r = threadIdx.x; r < kRows; r += kThreads) {
     const bool ok = q0 + r < dm.l;
     lse_s[r] = ok ? lse[q0 + r] * kLog2e : INFINITY;
@@ -235,10 +242,10 @@ __device__ void LoadQueryTile(float* qs, float* dos, float* lse_s, float* d_s, c
   }
 }
 
-// Writes rows [row0, row0 + kI * kGroups) of acc * factor to dst (n, e).
+// Writes rows [row0, row0 + kI * kGroups) of acc * factor to dst (n, e), rows ld apart.
 template <typename T, int kI, int kJ>
-__device__ void StoreRows(T* dst, const float (&acc)[kI][kJ], float factor, int row0, int n,
-                          int e) {
+__device__ void StoreRows(T* dst, int64_t ld, const float (&acc)[kI][kJ], float factor, int row0,
+                          int n, int e) {
   const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
 #pragma unroll
   for (int i = 0; i < kI; ++i) {
@@ -247,7 +254,7 @@ __device__ void StoreRows(T* dst, const float (&acc)[kI][kJ], float factor, int 
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
       const int d = tc + 16 * j;
-      if (d < e) dst[static_cast<int64_t>(row) * e + d] = FromFloat<T>(acc[i][j] * factor);
+      if (d < e) dst[row * ld + d] = FromFloat<T>(acc[i][j] * factor);
     }
   }
 }
@@ -255,8 +262,9 @@ __device__ void StoreRows(T* dst, const float (&acc)[kI][kJ], float factor, int 
 // Grid: batch * ceil(s / kKgKeys) blocks, one key tile each; gk, gv: (batch, s, e).
 template <typename T, int kD, bool kCausal>
 __global__ void __launch_bounds__(kThreads)
-    KeyGradKernel(const T* q, const T* k, const T* v, const T* gout, const float* lse,
-                  const float* dvec, T* gk, T* gv, Dims dm, int tiles) {
+    KeyGradKernel(Operand<const T> q, Operand<const T> k, Operand<const T> v, Operand<const T> gout,
+                  const float* lse, const float* dvec, Operand<T> gk, Operand<T> gv, Dims dm,
+                  int tiles) {
   constexpr int kLd = kD + 1, kPLd = kKgRows + 1;
   constexpr int kR = kKgKeys / kGroups, kC = kKgRows / 16, kJ = kD / 16;
   extern __shared__ float smem[];
@@ -270,15 +278,15 @@ __global__ void __launch_bounds__(kThreads)
   float* d_s = lse_s + kKgRows;         // (kKgRows)
   const int k0 = static_cast<int>(blockIdx.x % tiles) * kKgKeys;
   const int64_t b = blockIdx.x / tiles;
-  const int64_t q_off = b * dm.l * dm.e, k_off = b * dm.s * dm.e;
-  LoadTile<T, kD>(ks, k + k_off, k0, kKgKeys, dm.s, dm.e);
-  LoadTile<T, kD>(vs, v + k_off, k0, kKgKeys, dm.s, dm.e);
+  const T *qb = q.Item(b, dm.heads), *gob = gout.Item(b, dm.heads);
+  LoadTile<T, kD>(ks, k.Item(b, dm.heads), k.row, k0, kKgKeys, dm.s, dm.e);
+  LoadTile<T, kD>(vs, v.Item(b, dm.heads), v.row, k0, kKgKeys, dm.s, dm.e);
   float gk_acc[kR][kJ] = {}, gv_acc[kR][kJ] = {};
   const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
   // Causal: query rows below k0 see none of these keys.
   for (int q0 = kCausal ? k0 / kKgRows * kKgRows : 0; q0 < dm.l; q0 += kKgRows) {
     __syncthreads();
-    LoadQueryTile<T, kD, kKgRows>(qs, dos, lse_s, d_s, q + q_off, gout + q_off, lse + b * dm.l,
+    LoadQueryTile<T, kD, kKgRows>(qs, dos, lse_s, d_s, qb, q.row, gob, gout.row, lse + b * dm.l,
                                   dvec + b * dm.l, q0, dm);
     __syncthreads();
     float st[kR][kC] = {}, dpt[kR][kC] = {};  // S^T and dP^T for (key, query)
@@ -300,15 +308,16 @@ __global__ void __launch_bounds__(kThreads)
     MicroNN<kR, kJ, kKgRows>(ps, kPLd, dos, kLd, gv_acc);
     MicroNN<kR, kJ, kKgRows>(dss, kPLd, qs, kLd, gk_acc);
   }
-  StoreRows<T>(gk + k_off, gk_acc, dm.scale, k0, dm.s, dm.e);
-  StoreRows<T>(gv + k_off, gv_acc, 1.0f, k0, dm.s, dm.e);
+  StoreRows<T>(gk.Item(b, dm.heads), gk.row, gk_acc, dm.scale, k0, dm.s, dm.e);
+  StoreRows<T>(gv.Item(b, dm.heads), gv.row, gv_acc, 1.0f, k0, dm.s, dm.e);
 }
 
 // Grid: batch * ceil(l / kQgRows) blocks, one query tile each; gq: (batch, l, e).
 template <typename T, int kD, bool kCausal>
 __global__ void __launch_bounds__(kThreads)
-    QueryGradKernel(const T* q, const T* k, const T* v, const T* gout, const float* lse,
-                    const float* dvec, T* gq, Dims dm, int tiles) {
+    QueryGradKernel(Operand<const T> q, Operand<const T> k, Operand<const T> v,
+                    Operand<const T> gout, const float* lse, const float* dvec, Operand<T> gq,
+                    Dims dm, int tiles) {
   constexpr int kLd = kD + 1, kPLd = kQgKeys + 1;
   constexpr int kR = kQgRows / kGroups, kC = kQgKeys / 16, kJ = kD / 16;
   extern __shared__ float smem[];
@@ -321,16 +330,17 @@ __global__ void __launch_bounds__(kThreads)
   float* d_s = lse_s + kQgRows;         // (kQgRows)
   const int q0 = (tiles - 1 - static_cast<int>(blockIdx.x % tiles)) * kQgRows;
   const int64_t b = blockIdx.x / tiles;
-  const int64_t q_off = b * dm.l * dm.e, k_off = b * dm.s * dm.e;
-  LoadQueryTile<T, kD, kQgRows>(qs, dos, lse_s, d_s, q + q_off, gout + q_off, lse + b * dm.l,
-                                dvec + b * dm.l, q0, dm);
+  const T *kb = k.Item(b, dm.heads), *vb = v.Item(b, dm.heads);
+  LoadQueryTile<T, kD, kQgRows>(qs, dos, lse_s, d_s, q.Item(b, dm.heads), q.row,
+                                gout.Item(b, dm.heads), gout.row, lse + b * dm.l, dvec + b * dm.l,
+                                q0, dm);
   float acc[kR][kJ] = {};
   const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
   const int kv_end = kCausal ? min(dm.s, q0 + kQgRows) : dm.s;
   for (int k0 = 0; k0 < kv_end; k0 += kQgKeys) {
     __syncthreads();  // the previous tile's readers are done (and the query tile is loaded)
-    LoadTile<T, kD>(ks, k + k_off, k0, kQgKeys, dm.s, dm.e);
-    LoadTile<T, kD>(vs, v + k_off, k0, kQgKeys, dm.s, dm.e);
+    LoadTile<T, kD>(ks, kb, k.row, k0, kQgKeys, dm.s, dm.e);
+    LoadTile<T, kD>(vs, vb, v.row, k0, kQgKeys, dm.s, dm.e);
     __syncthreads();
     float sc[kR][kC] = {}, dp[kR][kC] = {};
     MicroNT<kR, kC, kD>(qs, kLd, ks, kLd, sc);
@@ -349,7 +359,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     MicroNN<kR, kJ, kQgKeys>(dss, kPLd, ks, kLd, acc);
   }
-  StoreRows<T>(gq + q_off, acc, dm.scale, q0, dm.l, dm.e);
+  StoreRows<T>(gq.Item(b, dm.heads), gq.row, acc, dm.scale, q0, dm.l, dm.e);
 }
 
 // Shared memory (bytes) of each kernel for head size kD.
@@ -399,12 +409,14 @@ void AllowSmem(Kernel kernel, size_t bytes) {
                                      static_cast<int>(bytes)));
 }
 
-Dims MakeDims(int64_t l, int64_t s, int64_t e, double scale) {
-  TY_CHECK(l >= 0 && l <= INT_MAX && s >= 1 && s <= INT_MAX && e >= 1 && e <= 128)
-      << "attention: l=" << l << " s=" << s << " e=" << e
-      << " unsupported (need s >= 1 and 1 <= e <= 128)";
-  return Dims{static_cast<int>(l), static_cast<int>(s), static_cast<int>(e),
-              static_cast<float>(scale), static_cast<float>(scale * 1.4426950408889634)};
+Dims MakeDims(const AttentionArgs& a) {
+  TY_CHECK(a.l >= 0 && a.l <= INT_MAX && a.s >= 1 && a.s <= INT_MAX && a.e >= 1 && a.e <= 128 &&
+           a.heads >= 1 && a.heads <= INT_MAX)
+      << "attention: l=" << a.l << " s=" << a.s << " e=" << a.e << " heads=" << a.heads
+      << " unsupported (need s >= 1, 1 <= e <= 128 and heads >= 1)";
+  return Dims{static_cast<int>(a.l),       static_cast<int>(a.s),
+              static_cast<int>(a.e),       static_cast<int>(a.heads),
+              static_cast<float>(a.scale), static_cast<float>(a.scale * 1.4426950408889634)};
 }
 
 }  // namespace
@@ -419,74 +431,60 @@ bool CudaBackendImpl::AttentionFits(int device, ScalarType type, int64_t e) {
   return need <= static_cast<size_t>(limit);
 }
 
-void CudaBackendImpl::AttentionForward(ScalarType type, int64_t batch, int64_t l, int64_t s,
-                                       int64_t e, bool causal, double scale, const void* q,
-                                       const void* k, const void* v, void* out, float* lse,
-                                       Stream stream) {
-  if (batch == 0 || l == 0) return;
+void CudaBackendImpl::AttentionForward(const AttentionArgs& a, Stream stream) {
+  if (a.batch == 0 || a.l == 0) return;
   // bf16/f16 with head size 64 or 128: the tensor-core kernels (attention_tc.cu).
-  if (AttentionForwardTensorCores(type, batch, l, s, e, causal, scale, q, k, v, out, lse,
-                                  AsStream(stream))) {
-    return;
-  }
-  const Dims dm = MakeDims(l, s, e, scale);
+  if (AttentionForwardTensorCores(a, AsStream(stream))) return;
+  const Dims dm = MakeDims(a);
   int tiles = 0;
-  const unsigned blocks = TileBlocks(batch, l, kFwdRows, &tiles);
-  DispatchDtype<DtypeSet::kFloat>(type, "AttentionForward", [&](auto tag) {
+  const unsigned blocks = TileBlocks(a.batch, a.l, kFwdRows, &tiles);
+  DispatchDtype<DtypeSet::kFloat>(a.type, "AttentionForward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    DispatchShape(e, causal, [&](auto d, auto c) {
+    DispatchShape(a.e, a.causal, [&](auto d, auto c) {
       constexpr int kD = decltype(d)::value;
       const auto kernel = ForwardKernel<T, kD, decltype(c)::value>;
       AllowSmem(kernel, ForwardSmem(kD));
       kernel<<<blocks, kThreads, ForwardSmem(kD), AsStream(stream)>>>(
-          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-          static_cast<T*>(out), lse, dm, tiles);
+          OperandOf<const T>(a.q), OperandOf<const T>(a.k), OperandOf<const T>(a.v),
+          OperandOf<T>(a.out), a.lse, dm, tiles);
       CheckLaunch("AttentionForward");
     });
   });
 }
 
-void CudaBackendImpl::AttentionBackward(ScalarType type, int64_t batch, int64_t l, int64_t s,
-                                        int64_t e, bool causal, double scale, const void* q,
-                                        const void* k, const void* v, const void* out,
-                                        const float* lse, const void* gout, void* gq, void* gk,
-                                        void* gv, Stream stream) {
-  if (batch == 0 || (l == 0 && s == 0)) return;
-  if (AttentionBackwardTensorCores(type, batch, l, s, e, causal, scale, q, k, v, out, lse, gout,
-                                   gq, gk, gv, AsStream(stream))) {
-    return;
-  }
-  const Dims dm = MakeDims(l, s, e, scale);
+void CudaBackendImpl::AttentionBackward(const AttentionArgs& a, Stream stream) {
+  if (a.batch == 0 || (a.l == 0 && a.s == 0)) return;
+  if (AttentionBackwardTensorCores(a, AsStream(stream))) return;
+  const Dims dm = MakeDims(a);
   const cudaStream_t st = AsStream(stream);
-  const int64_t rows = batch * l;
+  const int64_t rows = a.batch * a.l;
   // D: (batch, l), stream-ordered scratch
   float* dvec = rows > 0 ? Scratch<float>("AttentionBackward", rows, st) : nullptr;
   int key_tiles = 0, query_tiles = 0;
-  const unsigned key_blocks = TileBlocks(batch, s, kKgKeys, &key_tiles);
-  const unsigned query_blocks = rows > 0 ? TileBlocks(batch, l, kQgRows, &query_tiles) : 0;
-  DispatchDtype<DtypeSet::kFloat>(type, "AttentionBackward", [&](auto tag) {
+  const unsigned key_blocks = TileBlocks(a.batch, a.s, kKgKeys, &key_tiles);
+  const unsigned query_blocks = rows > 0 ? TileBlocks(a.batch, a.l, kQgRows, &query_tiles) : 0;
+  DispatchDtype<DtypeSet::kFloat>(a.type, "AttentionBackward", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const auto q = OperandOf<const T>(a.q), k = OperandOf<const T>(a.k);
+    const auto v = OperandOf<const T>(a.v), gout = OperandOf<const T>(a.gout);
     if (rows > 0) {
       RowDotKernel<T><<<BlocksFor(rows, kThreads / 32), kThreads, 0, st>>>(
-          static_cast<const T*>(gout), static_cast<const T*>(out), dvec, rows, dm.e);
+          gout, OperandOf<const T>(a.out), dvec, rows, dm);
       CheckLaunch("AttentionBackward (D)");
     }
-    DispatchShape(e, causal, [&](auto d, auto c) {
+    DispatchShape(a.e, a.causal, [&](auto d, auto c) {
       constexpr int kD = decltype(d)::value;
       constexpr bool kCausal = decltype(c)::value;
       const auto key_kernel = KeyGradKernel<T, kD, kCausal>;
       AllowSmem(key_kernel, KeyGradSmem(kD));
       key_kernel<<<key_blocks, kThreads, KeyGradSmem(kD), st>>>(
-          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-          static_cast<const T*>(gout), lse, dvec, static_cast<T*>(gk), static_cast<T*>(gv), dm,
-          key_tiles);
+          q, k, v, gout, a.lse, dvec, OperandOf<T>(a.gk), OperandOf<T>(a.gv), dm, key_tiles);
       CheckLaunch("AttentionBackward (gk, gv)");
       if (rows == 0) return;
       const auto query_kernel = QueryGradKernel<T, kD, kCausal>;
       AllowSmem(query_kernel, QueryGradSmem(kD));
       query_kernel<<<query_blocks, kThreads, QueryGradSmem(kD), st>>>(
-          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-          static_cast<const T*>(gout), lse, dvec, static_cast<T*>(gq), dm, query_tiles);
+          q, k, v, gout, a.lse, dvec, OperandOf<T>(a.gq), dm, query_tiles);
       CheckLaunch("AttentionBackward (gq)");
     });
   });

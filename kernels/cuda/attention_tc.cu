@@ -65,6 +65,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 struct Dims {
   int l, s;
+  int heads;         // AttentionArgs::heads: how operands address batch items
   float scale;       // as given
   float scale_log2;  // scale * log2(e): scores in log2 units
 };
@@ -77,18 +78,18 @@ __device__ __forceinline__ unsigned char* SharedBytes() {
   return ty_tc_smem;
 }
 
-// Starts copying rows [row0, row0 + kRows) of src (n, kD) into dst (kRows, kD + 8) in shared
-// memory with cp.async (16 bytes a copy); rows past n are zeroed with plain stores. The caller
-// commits and waits.
+// Starts copying rows [row0, row0 + kRows) of src (n, kD), rows ld apart, into dst (kRows,
+// kD + 8) in shared memory with cp.async (16 bytes a copy); rows past n are zeroed with plain
+// stores. The caller commits and waits.
 template <typename T, int kD, int kRows, int kThreads>
-__device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int row0, int n) {
+__device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int64_t ld, int row0, int n) {
   constexpr int kChunks = kD / 8;  // 16-byte pieces per row
 #pragma unroll 4
   for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
     const int r = idx / kChunks, c = idx % kChunks;
     T* d = dst + r * (kD + 8) + c * 8;
     if (row0 + r < n) {
-      __pipeline_memcpy_async(d, src + static_cast<int64_t>(row0 + r) * kD + c * 8, 16);
+      __pipeline_memcpy_async(d, src + (row0 + r) * ld + c * 8, 16);
     } else {
       *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
     }
@@ -102,18 +103,19 @@ struct alignas(16) Pack8 {  // 8 storage elements, one 16-byte store
 __device__ __forceinline__ unsigned short Bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 __device__ __forceinline__ unsigned short Bits(__half v) { return __half_as_ushort(v); }
 
-// dst rows [row0, row0 + kRows) of (n, kD) = factor * src (kRows, ld) f32 in shared memory,
-// rows past n skipped; 16-byte stores.
+// dst rows [row0, row0 + kRows) of (n, kD), rows dst_ld apart, = factor * src (kRows, ld) f32
+// in shared memory, rows past n skipped; 16-byte stores.
 template <typename T, int kD, int kRows>
-__device__ __forceinline__ void StoreStagedRows(T* dst, const float* src, int ld, int row0, int n,
-                                                float factor, int first, int step) {
+__device__ __forceinline__ void StoreStagedRows(T* dst, int64_t dst_ld, const float* src, int ld,
+                                                int row0, int n, float factor, int first,
+                                                int step) {
   for (int idx = first; idx < kRows * (kD / 8); idx += step) {
     const int r = idx / (kD / 8), c = idx % (kD / 8) * 8;
     if (row0 + r >= n) continue;
     Pack8 p;
 #pragma unroll
     for (int i = 0; i < 8; ++i) p.bits[i] = Bits(FromFloat<T>(src[r * ld + c + i] * factor));
-    *reinterpret_cast<Pack8*>(dst + static_cast<int64_t>(row0 + r) * kD + c) = p;
+    *reinterpret_cast<Pack8*>(dst + (row0 + r) * dst_ld + c) = p;
   }
 }
 
@@ -228,23 +230,25 @@ __device__ __forceinline__ void ScaleRows(FragC (&o)[kX], const int (&rows)[Frag
   }
 }
 
-// dst rows [row0, row0 + 16) of (n, kD) = the warp's o, through its f32 staging os (16, kD + 4).
+// dst rows [row0, row0 + 16) of (n, kD), rows dst_ld apart, = the warp's o, through its f32
+// staging os (16, kD + 4).
 template <typename T, int kD>
 __device__ __forceinline__ void WarpStoreRows(const FragC (&o)[kD / 16], float* os, T* dst,
-                                              int row0, int n) {
+                                              int64_t dst_ld, int row0, int n) {
 #pragma unroll
   for (int x = 0; x < kD / 16; ++x) {
     wmma::store_matrix_sync(os + 16 * x, o[x], kD + 4, wmma::mem_row_major);
   }
   __syncwarp();
-  StoreStagedRows<T, kD, 16>(dst, os, kD + 4, row0, n, 1.0f, threadIdx.x % 32, 32);
+  StoreStagedRows<T, kD, 16>(dst, dst_ld, os, kD + 4, row0, n, 1.0f, threadIdx.x % 32, 32);
 }
 
 // Grid (batch, ceil(l / kFwdRows)), the last query tiles (the heaviest when causal) first.
 // q, out: (batch, l, kD); k, v: (batch, s, kD); lse: (batch, l).
 template <typename T, int kD, bool kCausal>
 __global__ void __launch_bounds__(kFwdWarps * 32)
-    ForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse, Dims dm) {
+    ForwardKernel(Operand<const T> q, Operand<const T> k, Operand<const T> v, Operand<T> out,
+                  float* lse, Dims dm) {
   using L = FwdLayout<kD>;
   constexpr int kX = kD / 16, kThreads = kFwdWarps * 32;
   unsigned char* smem = SharedBytes();
@@ -258,16 +262,16 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
   float* factor = reinterpret_cast<float*>(smem + L::kFactor) + warp * 16;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kFwdRows;
   const int64_t b = blockIdx.x;
-  const T* kb = k + b * dm.s * kD;
-  const T* vb = v + b * dm.s * kD;
+  const T* kb = k.Item(b, dm.heads);
+  const T* vb = v.Item(b, dm.heads);
   const int kv_end = kCausal ? min(dm.s, q0 + kFwdRows) : dm.s;
   const int tiles = (kv_end + kFwdKeys - 1) / kFwdKeys;  // at least 1
   // Causal: keys past the warp's last row are masked for all its rows.
   const int warp_keys = kCausal ? min(kv_end, q0 + 16 * warp + 16) : kv_end;
-  LoadTileAsync<T, kD, kFwdRows, kThreads>(qs, q + b * dm.l * kD, q0, dm.l);
-  LoadTileAsync<T, kD, kFwdKeys, kThreads>(ks, kb, 0, dm.s);
+  LoadTileAsync<T, kD, kFwdRows, kThreads>(qs, q.Item(b, dm.heads), q.row, q0, dm.l);
+  LoadTileAsync<T, kD, kFwdKeys, kThreads>(ks, kb, k.row, 0, dm.s);
   __pipeline_commit();
-  LoadTileAsync<T, kD, kFwdKeys, kThreads>(vs, vb, 0, dm.s);
+  LoadTileAsync<T, kD, kFwdKeys, kThreads>(vs, vb, v.row, 0, dm.s);
   __pipeline_commit();
   for (int i = threadIdx.x; i < 256; i += kThreads) ids[i] = static_cast<float>(i / 16);
   __pipeline_wait_prior(1);  // Q and K(0)
@@ -289,7 +293,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
     FragC sc[4];
     WarpScores<T, kD>(qf, ks, subtiles, sc);
     __syncthreads();  // every warp is done with K(t) (and, the first time, with Q)
-    if (t + 1 < tiles) LoadTileAsync<T, kD, kFwdKeys, kThreads>(ks, kb, k0 + kFwdKeys, dm.s);
+    if (t + 1 < tiles) LoadTileAsync<T, kD, kFwdKeys, kThreads>(ks, kb, k.row, k0 + kFwdKeys, dm.s);
     __pipeline_commit();
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -305,7 +309,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
     __syncthreads();           // ... for every thread's copies; P is in shared memory
     WarpAccumulatePV<T, kD>(o, pw, vs, subtiles);
     __syncthreads();  // every warp is done with V(t)
-    if (t + 1 < tiles) LoadTileAsync<T, kD, kFwdKeys, kThreads>(vs, vb, k0 + kFwdKeys, dm.s);
+    if (t + 1 < tiles) LoadTileAsync<T, kD, kFwdKeys, kThreads>(vs, vb, v.row, k0 + kFwdKeys, dm.s);
     __pipeline_commit();
     __pipeline_wait_prior(1);  // K(t + 1)
     __syncthreads();
@@ -316,7 +320,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
   __syncwarp();
   ScaleRows(o, rows, factor);
   float* os = reinterpret_cast<float*>(smem + L::kK) + warp * 16 * L::kOLd;
-  WarpStoreRows<T, kD>(o, os, out + b * dm.l * kD, q0 + warp * 16, dm.l);
+  WarpStoreRows<T, kD>(o, os, out.Item(b, dm.heads), out.row, q0 + warp * 16, dm.l);
   if (lane % 2 == 0 && row < dm.l) {
     lse[b * dm.l + row] = sum > 0 ? m * kLn2 + logf(sum) : INFINITY;
   }
@@ -324,29 +328,38 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
 
 // ---- Backward ----
 
-// dvec[r] = sum_d gout[r, d] out[r, d] over rows (rows, kD); a warp per row.
+// dvec[r] = sum_d gout[r, d] out[r, d] over the batch * l rows r = b * l + i (row i of item
+// b); a warp per row.
 template <typename T, int kD>
 __global__ void __launch_bounds__(256)
-    RowDotKernel(const T* gout, const T* out, float* dvec, int64_t rows) {
+    RowDotKernel(Operand<const T> gout, Operand<const T> out, float* dvec, int64_t rows, Dims dm) {
   const int lane = threadIdx.x % 32;
   const int64_t step = static_cast<int64_t>(gridDim.x) * 8;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32; r < rows; r += step) {
+    const int64_t b = r / dm.l, i = r % dm.l;
+    const T* g = gout.Item(b, dm.heads) + i * gout.row;
+    const T* y = out.Item(b, dm.heads) + i * out.row;
     float acc = 0;
 #pragma unroll
-    for (int d = lane; d < kD; d += 32) acc += Load(gout + r * kD + d) * Load(out + r * kD + d);
+    for (int d = lane; d < kD; d += 32) acc += Load(g + d) * Load(y + d);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) dvec[r] = acc;
   }
 }
 
-// gq[i] = scale * dq[i] in the storage type.
-template <typename T>
+// gq = scale * dq (batch * l rows r = b * l + i of kD, contiguous) in the storage type; a warp
+// per row.
+template <typename T, int kD>
 __global__ void __launch_bounds__(256)
-    ScaleConvertKernel(const float* dq, T* gq, int64_t n, float scale) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
-    gq[i] = FromFloat<T>(dq[i] * scale);
+    ScaleConvertKernel(const float* dq, Operand<T> gq, int64_t rows, Dims dm) {
+  const int lane = threadIdx.x % 32;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * 8;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32; r < rows; r += step) {
+    const int64_t b = r / dm.l, i = r % dm.l;
+    T* dst = gq.Item(b, dm.heads) + i * gq.row;
+#pragma unroll
+    for (int d = lane; d < kD; d += 32) dst[d] = FromFloat<T>(dq[r * kD + d] * dm.scale);
   }
 }
 
@@ -370,14 +383,15 @@ struct BwdLayout {
 // Starts copying query tile q0 (Q and gout rows, lse, D) into buffer `buf`.
 template <typename T, int kD>
 __device__ __forceinline__ void LoadQueryTileAsync(unsigned char* smem, int buf, const T* qb,
-                                                   const T* gob, const float* lseb, const float* db,
-                                                   int q0, int l) {
+                                                   int64_t q_ld, const T* gob, int64_t go_ld,
+                                                   const float* lseb, const float* db, int q0,
+                                                   int l) {
   using L = BwdLayout<kD>;
   constexpr int kThreads = kBwdWarps * 32;
   LoadTileAsync<T, kD, kBwdRows, kThreads>(reinterpret_cast<T*>(smem + L::kQ + buf * L::kQTile), qb,
-                                           q0, l);
+                                           q_ld, q0, l);
   LoadTileAsync<T, kD, kBwdRows, kThreads>(reinterpret_cast<T*>(smem + L::kGo + buf * L::kQTile),
-                                           gob, q0, l);
+                                           gob, go_ld, q0, l);
   if (threadIdx.x < kBwdRows) {
     const int r = threadIdx.x;
     float* lse_s = reinterpret_cast<float*>(smem + L::kLse) + buf * kBwdRows + r;
@@ -505,11 +519,12 @@ __device__ __forceinline__ void AddQueryGrads(unsigned char* smem, int warp, int
   }
 }
 
-// dst rows [k0, k0 + kBwdKeys) of (s, kD) = factor * the block's key-gradient accumulators,
-// staged through os (kBwdKeys, kOLd) f32. Called by the whole block.
+// dst rows [k0, k0 + kBwdKeys) of (s, kD), rows dst_ld apart, = factor * the block's
+// key-gradient accumulators, staged through os (kBwdKeys, kOLd) f32. Called by the whole block.
 template <typename T, int kD>
 __device__ __forceinline__ void StoreKeyGrads(const FragC (&acc)[kD / 32], float* os, T* dst,
-                                              int warp, int k0, int s, float factor) {
+                                              int64_t dst_ld, int warp, int k0, int s,
+                                              float factor) {
   using L = BwdLayout<kD>;
   const int kbk = warp % 4, half = warp / 4;
 #pragma unroll
@@ -518,7 +533,8 @@ __device__ __forceinline__ void StoreKeyGrads(const FragC (&acc)[kD / 32], float
                             wmma::mem_row_major);
   }
   __syncthreads();
-  StoreStagedRows<T, kD, kBwdKeys>(dst, os, L::kOLd, k0, s, factor, threadIdx.x, kBwdWarps * 32);
+  StoreStagedRows<T, kD, kBwdKeys>(dst, dst_ld, os, L::kOLd, k0, s, factor, threadIdx.x,
+                                   kBwdWarps * 32);
   __syncthreads();
 }
 
@@ -526,24 +542,26 @@ __device__ __forceinline__ void StoreKeyGrads(const FragC (&acc)[kD / 32], float
 // dq: (batch, l, kD) f32 scratch, zeroed; gk, gv: (batch, s, kD).
 template <typename T, int kD, bool kCausal>
 __global__ void __launch_bounds__(kBwdWarps * 32, 2)
-    BackwardKernel(const T* q, const T* k, const T* v, const T* gout, const float* lse,
-                   const float* dvec, float* dq, T* gk, T* gv, Dims dm) {
+    BackwardKernel(Operand<const T> q, Operand<const T> k, Operand<const T> v,
+                   Operand<const T> gout, const float* lse, const float* dvec, float* dq,
+                   Operand<T> gk, Operand<T> gv, Dims dm) {
   using L = BwdLayout<kD>;
   constexpr int kThreads = kBwdWarps * 32, kXh = kD / 32;  // fragments per half of kD
   unsigned char* smem = SharedBytes();
   const int warp = threadIdx.x / 32;
   const int k0 = blockIdx.y * kBwdKeys;
   const int64_t b = blockIdx.x;
-  const T* qb = q + b * dm.l * kD;
-  const T* gob = gout + b * dm.l * kD;
+  const T* qb = q.Item(b, dm.heads);
+  const T* gob = gout.Item(b, dm.heads);
   const int q_begin = kCausal ? k0 : 0;  // causal: rows before k0 see none of these keys
   const int tiles = q_begin < dm.l ? (dm.l - q_begin + kBwdRows - 1) / kBwdRows : 0;
-  LoadTileAsync<T, kD, kBwdKeys, kThreads>(reinterpret_cast<T*>(smem + L::kK), k + b * dm.s * kD,
-                                           k0, dm.s);
-  LoadTileAsync<T, kD, kBwdKeys, kThreads>(reinterpret_cast<T*>(smem + L::kV), v + b * dm.s * kD,
-                                           k0, dm.s);
+  LoadTileAsync<T, kD, kBwdKeys, kThreads>(reinterpret_cast<T*>(smem + L::kK), k.Item(b, dm.heads),
+                                           k.row, k0, dm.s);
+  LoadTileAsync<T, kD, kBwdKeys, kThreads>(reinterpret_cast<T*>(smem + L::kV), v.Item(b, dm.heads),
+                                           v.row, k0, dm.s);
   if (tiles > 0) {
-    LoadQueryTileAsync<T, kD>(smem, 0, qb, gob, lse + b * dm.l, dvec + b * dm.l, q_begin, dm.l);
+    LoadQueryTileAsync<T, kD>(smem, 0, qb, q.row, gob, gout.row, lse + b * dm.l, dvec + b * dm.l,
+                              q_begin, dm.l);
   }
   __pipeline_commit();
   FragC dv[kXh], dk[kXh];
@@ -557,8 +575,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 2)
     __pipeline_wait_prior(0);  // tile t
     __syncthreads();           // ... for every thread's copies; tile t - 1 is done with
     if (t + 1 < tiles) {
-      LoadQueryTileAsync<T, kD>(smem, buf ^ 1, qb, gob, lse + b * dm.l, dvec + b * dm.l,
-                                q0 + kBwdRows, dm.l);
+      LoadQueryTileAsync<T, kD>(smem, buf ^ 1, qb, q.row, gob, gout.row, lse + b * dm.l,
+                                dvec + b * dm.l, q0 + kBwdRows, dm.l);
     }
     __pipeline_commit();
     const T* qs = reinterpret_cast<const T*>(smem + L::kQ + buf * L::kQTile);
@@ -573,8 +591,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 2)
   __pipeline_wait_prior(0);
   __syncthreads();  // every warp is done with K and V: stage gv, then gk, over them
   float* os = reinterpret_cast<float*>(smem + L::kK);
-  StoreKeyGrads<T, kD>(dv, os, gv + b * dm.s * kD, warp, k0, dm.s, 1.0f);
-  StoreKeyGrads<T, kD>(dk, os, gk + b * dm.s * kD, warp, k0, dm.s, dm.scale);
+  StoreKeyGrads<T, kD>(dv, os, gv.Item(b, dm.heads), gv.row, warp, k0, dm.s, 1.0f);
+  StoreKeyGrads<T, kD>(dk, os, gk.Item(b, dm.heads), gk.row, warp, k0, dm.s, dm.scale);
 }
 
 // ---- Host ----
@@ -610,23 +628,26 @@ void Dispatch(ScalarType type, int64_t e, bool causal, const F& f) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-bool Supported(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-               std::initializer_list<const void*> tensors) {
-  if (type != ScalarType::kBF16 && type != ScalarType::kF16) return false;
-  if (e != 64 && e != 128) return false;
-  if (batch < 0 || batch > INT_MAX || l < 0 || l > INT_MAX - 64 || s < 1 || s > INT_MAX - 64) {
+// Whether these kernels take the call: the operands' rows must be 16-byte aligned for cp.async
+// and the 16-byte stores.
+bool Supported(const AttentionArgs& a, std::initializer_list<const AttentionTensor*> operands) {
+  if (a.type != ScalarType::kBF16 && a.type != ScalarType::kF16) return false;
+  if (a.e != 64 && a.e != 128) return false;
+  if (a.batch < 0 || a.batch > INT_MAX || a.heads < 1 || a.heads > INT_MAX || a.l < 0 ||
+      a.l > INT_MAX - 64 || a.s < 1 || a.s > INT_MAX - 64) {
     return false;
   }
-  if (CeilDiv(l, kFwdRows) > 65535 || CeilDiv(s, kBwdKeys) > 65535) return false;  // grid.y
-  for (const void* p : tensors) {
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  if (CeilDiv(a.l, kFwdRows) > 65535 || CeilDiv(a.s, kBwdKeys) > 65535) return false;  // grid.y
+  for (const AttentionTensor* t : operands) {
+    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+    if (t->outer % 8 != 0 || t->inner % 8 != 0 || t->row % 8 != 0) return false;  // 2-byte types
   }
   return true;
 }
 
-Dims MakeDims(int64_t l, int64_t s, double scale) {
-  return Dims{static_cast<int>(l), static_cast<int>(s), static_cast<float>(scale),
-              static_cast<float>(scale * 1.4426950408889634)};
+Dims MakeDims(const AttentionArgs& a) {
+  return Dims{static_cast<int>(a.l), static_cast<int>(a.s), static_cast<int>(a.heads),
+              static_cast<float>(a.scale), static_cast<float>(a.scale * 1.4426950408889634)};
 }
 
 template <typename... Params, typename... Args>
@@ -653,32 +674,26 @@ size_t AttentionTensorCoresSmem(ScalarType type, int64_t e) {
                  : std::max<size_t>(FwdLayout<128>::kBytes, BwdLayout<128>::kBytes);
 }
 
-bool AttentionForwardTensorCores(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                                 bool causal, double scale, const void* q, const void* k,
-                                 const void* v, void* out, float* lse, cudaStream_t stream) {
-  if (!Supported(type, batch, l, s, e, {q, k, v, out})) return false;
-  if (batch == 0 || l == 0) return true;
-  const Dims dm = MakeDims(l, s, scale);
-  const dim3 grid(static_cast<unsigned>(batch), static_cast<unsigned>(CeilDiv(l, kFwdRows)), 1);
-  Dispatch(type, e, causal, [&](auto t, auto d, auto c) {
+bool AttentionForwardTensorCores(const AttentionArgs& a, cudaStream_t stream) {
+  if (!Supported(a, {&a.q, &a.k, &a.v, &a.out})) return false;
+  if (a.batch == 0 || a.l == 0) return true;
+  const Dims dm = MakeDims(a);
+  const dim3 grid(static_cast<unsigned>(a.batch), static_cast<unsigned>(CeilDiv(a.l, kFwdRows)), 1);
+  Dispatch(a.type, a.e, a.causal, [&](auto t, auto d, auto c) {
     using T = typename decltype(t)::type;
     constexpr int kD = decltype(d)::value;
     Launch("AttentionForwardTensorCores", ForwardKernel<T, kD, decltype(c)::value>, grid,
-           kFwdWarps * 32, FwdLayout<kD>::kBytes, stream, static_cast<const T*>(q),
-           static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out), lse, dm);
+           kFwdWarps * 32, FwdLayout<kD>::kBytes, stream, OperandOf<const T>(a.q),
+           OperandOf<const T>(a.k), OperandOf<const T>(a.v), OperandOf<T>(a.out), a.lse, dm);
   });
   return true;
 }
 
-bool AttentionBackwardTensorCores(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                                  bool causal, double scale, const void* q, const void* k,
-                                  const void* v, const void* out, const float* lse,
-                                  const void* gout, void* gq, void* gk, void* gv,
-                                  cudaStream_t stream) {
-  if (!Supported(type, batch, l, s, e, {q, k, v, out, gout, gq, gk, gv})) return false;
-  if (batch == 0) return true;
-  const Dims dm = MakeDims(l, s, scale);
-  const int64_t rows = batch * l;
+bool AttentionBackwardTensorCores(const AttentionArgs& a, cudaStream_t stream) {
+  if (!Supported(a, {&a.q, &a.k, &a.v, &a.out, &a.gout, &a.gq, &a.gk, &a.gv})) return false;
+  if (a.batch == 0) return true;
+  const Dims dm = MakeDims(a);
+  const int64_t rows = a.batch * a.l, e = a.e;
   float* dq = nullptr;  // (batch, l, e) f32, then D (batch, l); stream-ordered scratch
   if (rows > 0) {
     const size_t bytes = static_cast<size_t>(rows) * (e + 1) * sizeof(float);
@@ -686,22 +701,23 @@ bool AttentionBackwardTensorCores(ScalarType type, int64_t batch, int64_t l, int
     TY_CUDA_CHECK(cudaMemsetAsync(dq, 0, static_cast<size_t>(rows) * e * sizeof(float), stream));
   }
   float* dvec = rows > 0 ? dq + rows * e : nullptr;
-  const dim3 grid(static_cast<unsigned>(batch), static_cast<unsigned>(CeilDiv(s, kBwdKeys)), 1);
-  Dispatch(type, e, causal, [&](auto t, auto d, auto c) {
+  const dim3 grid(static_cast<unsigned>(a.batch), static_cast<unsigned>(CeilDiv(a.s, kBwdKeys)), 1);
+  Dispatch(a.type, a.e, a.causal, [&](auto t, auto d, auto c) {
     using T = typename decltype(t)::type;
     constexpr int kD = decltype(d)::value;
+    const auto gout = OperandOf<const T>(a.gout);
     if (rows > 0) {
       Launch("AttentionBackwardTensorCores (D)", RowDotKernel<T, kD>, dim3(BlocksFor(rows, 8)), 256,
-             0, stream, static_cast<const T*>(gout), static_cast<const T*>(out), dvec, rows);
+             0, stream, gout, OperandOf<const T>(a.out), dvec, rows, dm);
     }
     Launch("AttentionBackwardTensorCores (gk, gv, dq)", BackwardKernel<T, kD, decltype(c)::value>,
-           grid, kBwdWarps * 32, BwdLayout<kD>::kBytes, stream, static_cast<const T*>(q),
-           static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(gout), lse,
-           static_cast<const float*>(dvec), dq, static_cast<T*>(gk), static_cast<T*>(gv), dm);
+           grid, kBwdWarps * 32, BwdLayout<kD>::kBytes, stream, OperandOf<const T>(a.q),
+           OperandOf<const T>(a.k), OperandOf<const T>(a.v), gout, static_cast<const float*>(a.lse),
+           static_cast<const float*>(dvec), dq, OperandOf<T>(a.gk), OperandOf<T>(a.gv), dm);
     if (rows > 0) {
-      Launch("AttentionBackwardTensorCores (gq)", ScaleConvertKernel<T>, dim3(BlocksFor(rows * kD)),
-             256, 0, stream, static_cast<const float*>(dq), static_cast<T*>(gq), rows * kD,
-             dm.scale);
+      Launch("AttentionBackwardTensorCores (gq)", ScaleConvertKernel<T, kD>,
+             dim3(BlocksFor(rows, 8)), 256, 0, stream, static_cast<const float*>(dq),
+             OperandOf<T>(a.gq), rows, dm);
     }
   });
   if (dq != nullptr) TY_CUDA_CHECK(cudaFreeAsync(dq, stream));

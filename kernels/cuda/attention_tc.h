@@ -12,25 +12,35 @@
 
 namespace trainyard::kernels::cuda {
 
-// q: (batch, l, e), k, v: (batch, s, e), out: (batch, l, e) contiguous of `type`; lse (batch, l)
-// f32. Returns false, launching nothing, when the case is not one these kernels handle (dtype
-// other than bf16/f16, e not 64 or 128, s < 1, a tensor pointer not 16-byte aligned, more than
-// 65535 tiles of 64 rows), so the caller falls back to the scalar kernels.
-bool AttentionForwardTensorCores(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                                 bool causal, double scale, const void* q, const void* k,
-                                 const void* v, void* out, float* lse, cudaStream_t stream);
+// An AttentionTensor (backend.h) as the kernels address it; T is const for inputs.
+template <typename T>
+struct Operand {
+  T* data;
+  int64_t outer, inner, row;
+
+  // Row 0 of batch item b.
+  __host__ __device__ T* Item(int64_t b, int heads) const {
+    return data + b / heads * outer + b % heads * inner;
+  }
+};
+
+template <typename T>
+Operand<T> OperandOf(const AttentionTensor& t) {
+  return Operand<T>{static_cast<T*>(t.data), t.outer, t.inner, t.row};
+}
+
+// The call's operands as AttentionArgs says. Returns false, launching nothing, when the case
+// is not one these kernels handle (dtype other than bf16/f16, e not 64 or 128, s < 1, an
+// operand not 16-byte aligned or with a stride that is not a multiple of 8, more than 65535
+// tiles of 64 rows), so the caller falls back to the scalar kernels.
+bool AttentionForwardTensorCores(const AttentionArgs& args, cudaStream_t stream);
 
 // Shared memory (bytes) per block that these kernels need for `type` and head size e: the
 // larger of the forward's and the backward's, or 0 where they do not take the case.
 size_t AttentionTensorCoresSmem(ScalarType type, int64_t e);
 
-// From gout (batch, l, e): gq, gk, gv (overwritten), recomputing the probabilities from lse.
 // Allocates f32 scratch of batch * l * (e + 1) floats on `stream` (cudaMallocAsync). Returns
 // false, launching nothing, in the cases AttentionForwardTensorCores does.
-bool AttentionBackwardTensorCores(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                                  bool causal, double scale, const void* q, const void* k,
-                                  const void* v, const void* out, const float* lse,
-                                  const void* gout, void* gq, void* gk, void* gv,
-                                  cudaStream_t stream);
+bool AttentionBackwardTensorCores(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace trainyard::kernels::cuda

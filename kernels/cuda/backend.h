@@ -81,6 +81,30 @@ struct GemmArgs {
   GemmEpilogue epilogue;
 };
 
+// An operand of the fused attention: AttentionArgs::batch items of (rows, e) elements of the
+// call's type, at any strides with a unit one along e. Item i's row r starts at element
+// (i / heads) * outer + (i % heads) * inner + r * row of `data` (heads: AttentionArgs). A
+// contiguous (batch, rows, e) array is {data, rows * e, 0, e} with heads 1; the (B, H, T, E)
+// heads of a (B, T, H, E) array, as a model's q, k and v are, {data, T * H * E, E, H * E}.
+// `data` is only read for inputs.
+struct AttentionTensor {
+  void* data = nullptr;
+  int64_t outer = 0, inner = 0, row = 0;
+};
+
+// One fused attention call (Backend::AttentionForward and AttentionBackward): q (batch, l, e),
+// k and v (batch, s, e), out (batch, l, e); lse (batch, l) f32, contiguous. The forward writes
+// out and lse; the backward reads those and gout (batch, l, e) and writes gq, gk and gv.
+struct AttentionArgs {
+  ScalarType type = ScalarType::kF32;
+  int64_t batch = 0, heads = 1, l = 0, s = 0, e = 0;
+  bool causal = false;
+  double scale = 1;
+  AttentionTensor q, k, v, out;
+  float* lse = nullptr;
+  AttentionTensor gout, gq, gk, gv;  // backward only
+};
+
 // Where CheckIndices records a value it rejected: page-locked host memory (HostMalloc) that the
 // device writes and the host reads once it has waited for the stream. check.op stays null
 // until a fault; a fault recorded there is kept (the host clears the record).
@@ -259,17 +283,11 @@ class Backend {
 
   // ---- Fused attention (flash-attention style: tiles of keys through on-chip memory, online
   // softmax, nothing of size L x S written) ----
-  // q: (batch, l, e), k: (batch, s, e), v: (batch, s, e), out: (batch, l, e), all contiguous of
-  // `type`; lse (batch, l) f32 receives each row's log-sum-exp of the scaled scores for the
-  // backward. e is at most 128 (and AttentionFits). Causal masks key j > query i.
-  virtual void AttentionForward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                                bool causal, double scale, const void* q, const void* k,
-                                const void* v, void* out, float* lse, Stream stream) = 0;
-  // From gout (batch, l, e): gq, gk, gv (overwritten), recomputing the probabilities from lse.
-  virtual void AttentionBackward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                                 bool causal, double scale, const void* q, const void* k,
-                                 const void* v, const void* out, const float* lse, const void* gout,
-                                 void* gq, void* gk, void* gv, Stream stream) = 0;
+  // Operands where AttentionArgs says; lse receives each row's log-sum-exp of the scaled
+  // scores for the backward. e is at most 128 (and AttentionFits). Causal masks key j > query i.
+  virtual void AttentionForward(const AttentionArgs& args, Stream stream) = 0;
+  // From gout: gq, gk, gv (overwritten), recomputing the probabilities from lse.
+  virtual void AttentionBackward(const AttentionArgs& args, Stream stream) = 0;
   // Whether the fused kernels take head size e for `type` on `device`: e in [1, 128] and their
   // shared memory within the device's per-block limit (GPUs of compute capability 8.6 and 8.9
   // allow 99 KiB, less than the f32 kernels need at e > 64).
@@ -291,7 +309,7 @@ inline constexpr char kCudaLibraryName[] = "libtrainyard_cuda.so";
 inline constexpr char kCudaLibraryEnv[] = "TRAINYARD_CUDA_LIB";
 inline constexpr char kCudaEntryPoint[] = "TyCudaBackend";
 // Bump when Backend or the structs above change.
-inline constexpr int kCudaAbiVersion = 5;
+inline constexpr int kCudaAbiVersion = 6;
 
 // Returns the process-wide backend, or null with `error` set when the versions differ.
 using CudaEntryFn = Backend* (*)(int abi_version, size_t backend_size, std::string* error);

@@ -115,13 +115,8 @@ class CudaBackendImpl final : public Backend {
                          const float* weight, float* gx, float* gweight, float* gbias,
                          int64_t outer, int64_t c, int64_t inner, bool training, double eps,
                          Stream stream) override;
-  void AttentionForward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                        bool causal, double scale, const void* q, const void* k, const void* v,
-                        void* out, float* lse, Stream stream) override;
-  void AttentionBackward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                         bool causal, double scale, const void* q, const void* k, const void* v,
-                         const void* out, const float* lse, const void* gout, void* gq, void* gk,
-                         void* gv, Stream stream) override;
+  void AttentionForward(const AttentionArgs& args, Stream stream) override;
+  void AttentionBackward(const AttentionArgs& args, Stream stream) override;
   bool AttentionFits(int device, ScalarType type, int64_t e) override;
   void Gemm(const GemmArgs& args, Stream stream) override;
   void ConvForward(ScalarType type, const ConvDims& d, const void* x, const void* w, void* y,

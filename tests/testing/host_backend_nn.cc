@@ -126,81 +126,113 @@ double Dot(const float* a, const float* b, int64_t n) {
 // Keys query i may see.
 int64_t Visible(bool causal, int64_t i, int64_t s) { return causal ? std::min(s, i + 1) : s; }
 
+// Element offset of row r of item b of `t` (backend.h AttentionTensor).
+int64_t RowOffset(const cuda::AttentionTensor& t, const cuda::AttentionArgs& a, int64_t b,
+                  int64_t r) {
+  return b / a.heads * t.outer + b % a.heads * t.inner + r * t.row;
+}
+
+// Operand `t` with `rows` rows per item as f32 (batch, rows, e), contiguous.
+std::vector<float> Gather(const cuda::AttentionTensor& t, const cuda::AttentionArgs& a,
+                          int64_t rows) {
+  std::vector<float> out(a.batch * rows * a.e);
+  DispatchAll(a.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* base = static_cast<const T*>(H(t.data));
+    for (int64_t b = 0; b < a.batch; ++b) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* src = base + RowOffset(t, a, b, r);
+        for (int64_t c = 0; c < a.e; ++c) out[(b * rows + r) * a.e + c] = kc::Cast<float>(src[c]);
+      }
+    }
+  });
+  return out;
+}
+
+// Writes `values` (batch, rows, e) into operand `t`, rounded to the call's type.
+template <typename V>
+void Scatter(const std::vector<V>& values, const cuda::AttentionTensor& t,
+             const cuda::AttentionArgs& a, int64_t rows) {
+  DispatchAll(a.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* base = static_cast<T*>(H(t.data));
+    for (int64_t b = 0; b < a.batch; ++b) {
+      for (int64_t r = 0; r < rows; ++r) {
+        T* dst = base + RowOffset(t, a, b, r);
+        for (int64_t c = 0; c < a.e; ++c) {
+          dst[c] = kc::Cast<T>(static_cast<float>(values[(b * rows + r) * a.e + c]));
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
-void HostBackend::AttentionForward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                                   bool causal, double scale, const void* q, const void* k,
-                                   const void* v, void* out, float* lse, Stream stream) {
+void HostBackend::AttentionForward(const cuda::AttentionArgs& a, Stream stream) {
   CheckStream(stream);
-  CheckFloat(type, "AttentionForward");
-  TY_CHECK(e <= 128) << "AttentionForward: e " << e << ", l " << l << ", s " << s << ", causal "
-                     << causal;
+  CheckFloat(a.type, "AttentionForward");
+  TY_CHECK(a.e <= 128) << "AttentionForward: e " << a.e << ", l " << a.l << ", s " << a.s
+                       << ", causal " << a.causal;
   Count("AttentionForward");
-  F32 qs(type, H(q), batch * l * e), ks(type, H(k), batch * s * e), vs(type, H(v), batch * s * e);
-  F32 os(type, H(out), batch * l * e, false);
-  float* lses = H(lse);
-  std::vector<double> sc(s), acc(e);
-  for (int64_t b = 0; b < batch; ++b) {
+  const int64_t l = a.l, s = a.s, e = a.e;
+  const std::vector<float> qs = Gather(a.q, a, l), ks = Gather(a.k, a, s), vs = Gather(a.v, a, s);
+  std::vector<double> os(a.batch * l * e);
+  float* lses = H(a.lse);
+  std::vector<double> sc(s);
+  for (int64_t b = 0; b < a.batch; ++b) {
     const float* qb = qs.data() + b * l * e;
     const float* kb = ks.data() + b * s * e;
     const float* vb = vs.data() + b * s * e;
     for (int64_t i = 0; i < l; ++i) {
-      const int64_t n = Visible(causal, i, s);
+      const int64_t n = Visible(a.causal, i, s);
       double m = -INFINITY;
       for (int64_t j = 0; j < n; ++j)
-        m = std::max(m, sc[j] = scale * Dot(qb + i * e, kb + j * e, e));
+        m = std::max(m, sc[j] = a.scale * Dot(qb + i * e, kb + j * e, e));
       double sum = 0;
       for (int64_t j = 0; j < n; ++j) sum += std::exp(sc[j] - m);
       const double row_lse = m + std::log(sum);
-      std::fill(acc.begin(), acc.end(), 0.0);
+      double* acc = os.data() + (b * l + i) * e;
       for (int64_t j = 0; j < n; ++j) {
         const double p = std::exp(sc[j] - row_lse);
         for (int64_t c = 0; c < e; ++c) acc[c] += p * vb[j * e + c];
       }
-      for (int64_t c = 0; c < e; ++c) os.data()[(b * l + i) * e + c] = static_cast<float>(acc[c]);
       lses[b * l + i] = static_cast<float>(row_lse);
     }
   }
-  os.Store();
+  Scatter(os, a.out, a, l);
 }
 
-void HostBackend::AttentionBackward(ScalarType type, int64_t batch, int64_t l, int64_t s, int64_t e,
-                                    bool causal, double scale, const void* q, const void* k,
-                                    const void* v, const void* out, const float* lse,
-                                    const void* gout, void* gq, void* gk, void* gv, Stream stream) {
+void HostBackend::AttentionBackward(const cuda::AttentionArgs& a, Stream stream) {
   CheckStream(stream);
-  CheckFloat(type, "AttentionBackward");
+  CheckFloat(a.type, "AttentionBackward");
   Count("AttentionBackward");
-  const int64_t nq = batch * l * e, nk = batch * s * e;
-  F32 qs(type, H(q), nq), ks(type, H(k), nk), vs(type, H(v), nk), os(type, H(out), nq);
-  F32 gos(type, H(gout), nq);
-  const float* lses = H(lse);
-  std::vector<double> dq(nq, 0), dk(nk, 0), dv(nk, 0);
-  for (int64_t b = 0; b < batch; ++b) {
+  const int64_t l = a.l, s = a.s, e = a.e;
+  const std::vector<float> qs = Gather(a.q, a, l), ks = Gather(a.k, a, s), vs = Gather(a.v, a, s);
+  const std::vector<float> os = Gather(a.out, a, l), gos = Gather(a.gout, a, l);
+  const float* lses = H(a.lse);
+  std::vector<double> dq(qs.size(), 0), dk(ks.size(), 0), dv(ks.size(), 0);
+  for (int64_t b = 0; b < a.batch; ++b) {
     const int64_t qo = b * l * e, ko = b * s * e;
     for (int64_t i = 0; i < l; ++i) {
       const float* qi = qs.data() + qo + i * e;
       const float* gi = gos.data() + qo + i * e;
       const double d = Dot(gi, os.data() + qo + i * e, e);  // sum_j p_ij dp_ij
-      for (int64_t j = 0; j < Visible(causal, i, s); ++j) {
+      for (int64_t j = 0; j < Visible(a.causal, i, s); ++j) {
         const float* kj = ks.data() + ko + j * e;
-        const double p = std::exp(scale * Dot(qi, kj, e) - lses[b * l + i]);
+        const double p = std::exp(a.scale * Dot(qi, kj, e) - lses[b * l + i]);
         const double ds = p * (Dot(gi, vs.data() + ko + j * e, e) - d);
         for (int64_t c = 0; c < e; ++c) {
           dv[ko + j * e + c] += p * gi[c];
-          dq[qo + i * e + c] += scale * ds * kj[c];
-          dk[ko + j * e + c] += scale * ds * qi[c];
+          dq[qo + i * e + c] += a.scale * ds * kj[c];
+          dk[ko + j * e + c] += a.scale * ds * qi[c];
         }
       }
     }
   }
-  F32 gqs(type, H(gq), nq, false), gks(type, H(gk), nk, false), gvs(type, H(gv), nk, false);
-  for (int64_t i = 0; i < nq; ++i) gqs.data()[i] = static_cast<float>(dq[i]);
-  for (int64_t i = 0; i < nk; ++i) gks.data()[i] = static_cast<float>(dk[i]);
-  for (int64_t i = 0; i < nk; ++i) gvs.data()[i] = static_cast<float>(dv[i]);
-  gqs.Store();
-  gks.Store();
-  gvs.Store();
+  Scatter(dq, a.gq, a, l);
+  Scatter(dk, a.gk, a, s);
+  Scatter(dv, a.gv, a, s);
 }
 
 // ---- GEMM ----

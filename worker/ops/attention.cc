@@ -1,7 +1,9 @@
 #include "worker/ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -13,6 +15,7 @@
 #include "worker/ops/views.h"
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
+#include "worker/tensor/views.h"
 
 namespace trainyard::ops {
 
@@ -54,18 +57,96 @@ bool UseCudaFusedKernel(const Tensor& q, const Tensor& v) {
          CudaBackend().AttentionFits(q.device().index, ToScalarType(q.dtype()), q.size(-1));
 }
 
+// Whether the CUDA kernels address t (*, rows, e) where it is (kernels/cuda/backend.h
+// AttentionTensor): unit stride along e, and the dims before the heads' (-3) collapsing into
+// one stride, which goes to *outer.
+bool CudaAddressable(const Tensor& t, int64_t* outer) {
+  if (t.size(-1) > 1 && t.stride(-1) != 1) return false;
+  *outer = 0;
+  int64_t next = -1;  // the stride the next dim out must have
+  for (int64_t d = t.dim() - 4; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (next >= 0 && t.stride(d) != next) return false;
+    if (next < 0) *outer = t.stride(d);
+    next = t.stride(d) * t.size(d);
+  }
+  return true;
+}
+
+// t as an operand of the CUDA kernels: where it is, as the heads that a model's q, k and v
+// are of its (B, T, 3, H, E) projection, or a contiguous copy where they cannot address it.
+struct CudaOperand {
+  Tensor data;  // t or its copy: what `at` points into
+  kernels::cuda::AttentionTensor at;
+
+  explicit CudaOperand(const Tensor& t) : data(t) {
+    int64_t outer = 0;
+    if (!CudaAddressable(t, &outer)) {
+      data = ContiguousData(t);
+      TY_CHECK(CudaAddressable(data, &outer));
+    }
+    // A size-1 dim's stride is never used (and may be anything): 0, so that it does not keep
+    // the tensor-core kernels from checking the operand's alignment.
+    at.data = data.raw_data();
+    at.outer = outer;
+    at.inner = data.dim() >= 3 && data.size(-3) > 1 ? data.stride(-3) : 0;
+    at.row = data.size(-2) > 1 ? data.stride(-2) : 0;
+  }
+};
+
+// An uninitialised tensor shaped as `like`, its strides dense in the order of like's (e
+// innermost), as PyTorch's empty_like gives its flash attention: the output and gradients of
+// heads strided in a (B, T, H, E) array are laid out (B, T, H, E) too, so putting the heads
+// side by side and the projection's backward read them where they are. Contiguous where that
+// order is not one the kernels address.
+Tensor EmptyOperandLike(const Tensor& like) {
+  const int64_t n = like.dim();
+  std::vector<int64_t> order(n - 1);  // like's dims, outermost in memory first; e goes last
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+  order.push_back(n - 1);
+  std::vector<int64_t> sizes(n), inverse(n);
+  for (int64_t i = 0; i < n; ++i) {
+    sizes[i] = like.size(order[i]);
+    inverse[order[i]] = i;
+  }
+  Tensor t = views::Permute(Empty(Shape(sizes), like.options()), Shape(inverse));
+  int64_t outer = 0;
+  return CudaAddressable(t, &outer) ? t : Empty(like.shape(), like.options());
+}
+
+kernels::cuda::AttentionArgs CudaArgs(const Tensor& q, const Tensor& k, bool is_causal,
+                                      double scale) {
+  kernels::cuda::AttentionArgs a;
+  a.type = ToScalarType(q.dtype());
+  a.l = q.size(-2);
+  a.s = k.size(-2);
+  a.e = q.size(-1);
+  a.batch = q.numel() / (a.l * a.e);
+  a.heads = q.dim() >= 3 ? q.size(-3) : 1;
+  a.causal = is_causal;
+  a.scale = scale;
+  return a;
+}
+
 GradList CudaAttentionBackward(const Node& n, const Tensor& gout, bool is_causal, double scale) {
   const Tensor &q = n.saved(0), &k = n.saved(1), &v = n.saved(2), &out = n.saved(3);
   const Tensor& lse = n.saved(4);
-  const int64_t l = q.size(-2), s = k.size(-2), e = q.size(-1);
-  const int64_t batch = q.numel() / (l * e);
-  Tensor g = ContiguousData(gout);
-  Tensor gq = Empty(q.shape(), q.options()), gk = Empty(k.shape(), k.options());
-  Tensor gv = Empty(v.shape(), v.options());
-  CudaBackend().AttentionBackward(ToScalarType(q.dtype()), batch, l, s, e, is_causal, scale,
-                                  q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
-                                  lse.data<float>(), g.raw_data(), gq.raw_data(), gk.raw_data(),
-                                  gv.raw_data(), ComputeStream(q.device()));
+  const Tensor gq = EmptyOperandLike(q), gk = EmptyOperandLike(k), gv = EmptyOperandLike(v);
+  // Saved addressable, so only gout may be copied; each holds what its `at` points into.
+  const CudaOperand cq(q), ck(k), cv(v), co(out), cg(gout), cgq(gq), cgk(gk), cgv(gv);
+  kernels::cuda::AttentionArgs a = CudaArgs(q, k, is_causal, scale);
+  a.q = cq.at;
+  a.k = ck.at;
+  a.v = cv.at;
+  a.out = co.at;
+  a.lse = lse.data<float>();
+  a.gout = cg.at;
+  a.gq = cgq.at;
+  a.gk = cgk.at;
+  a.gv = cgv.at;
+  CudaBackend().AttentionBackward(a, ComputeStream(q.device()));
   GradList r(3);
   if (NeedsGrad(n, 0)) r[0] = gq;
   if (NeedsGrad(n, 1)) r[1] = gk;
@@ -73,26 +154,29 @@ GradList CudaAttentionBackward(const Node& n, const Tensor& gout, bool is_causal
   return r;
 }
 
-// q: (*, L, E), k and v: (*, S, E) on CUDA, through the fused kernel; saves out and the rows'
-// log-sum-exp (f32) for the backward, which recomputes the probabilities.
+// q: (*, L, E), k and v: (*, S, E) on CUDA, through the fused kernel, read where they are
+// (CudaOperand); saves them, out and the rows' log-sum-exp (f32) for the backward, which
+// recomputes the probabilities.
 Tensor CudaFusedAttention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                           bool is_causal, double scale) {
-  Tensor q = ContiguousData(q_in), k = ContiguousData(k_in), v = ContiguousData(v_in);
-  const int64_t l = q.size(-2), s = k.size(-2), e = q.size(-1);
-  const int64_t batch = q.numel() / (l * e);
-  Tensor out = Empty(q.shape(), q.options());
-  Tensor lse = Empty({batch, l}, q.options().set_dtype(DType::kFloat32));
-  CudaBackend().AttentionForward(ToScalarType(q.dtype()), batch, l, s, e, is_causal, scale,
-                                 q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
-                                 lse.data<float>(), ComputeStream(q.device()));
+  Tensor out = EmptyOperandLike(q_in);
+  const CudaOperand q(q_in), k(k_in), v(v_in), o(out);
+  kernels::cuda::AttentionArgs a = CudaArgs(q_in, k_in, is_causal, scale);
+  Tensor lse = Empty({a.batch, a.l}, q_in.options().set_dtype(DType::kFloat32));
+  a.q = q.at;
+  a.k = k.at;
+  a.v = v.at;
+  a.out = o.at;
+  a.lse = lse.data<float>();
+  CudaBackend().AttentionForward(a, ComputeStream(q_in.device()));
   if (ShouldRecord({&q_in, &k_in, &v_in})) {
     auto node = Record("ScaledDotProductFlashAttentionBackward0", {&q_in, &k_in, &v_in},
                        [is_causal, scale](Node& n, GradList&& g) {
                          return CudaAttentionBackward(n, g[0], is_causal, scale);
                        });
-    node->Save(q);
-    node->Save(k);
-    node->Save(v);
+    node->Save(q.data);
+    node->Save(k.data);
+    node->Save(v.data);
     node->Save(out, /*is_output=*/true);
     node->Save(lse);
     SetHistory(out, node);

@@ -111,6 +111,33 @@ void AddAttention(std::vector<OpCase>* v) {
                                      Transpose(x[0], 1, 2), Transpose(x[1], 1, 2),
                                      Transpose(x[2], 1, 2), true, Tensor(), 0.3);
                                }));
+  // A model's heads: q, k and v read where they lie in one (B, T, 3 H E) projection, the output
+  // and its gradient with the heads side by side (ops/attention.cc CudaOperand). Head size 64:
+  // on CUDA the tensor-core kernels for bf16/f16, with rows of 3 H E elements; one more column
+  // makes every row start off 16-byte alignment, which the scalar kernels take instead.
+  for (int64_t pad : {0, 1}) {
+    v->push_back(ForwardBackward(
+        pad == 0 ? "sdpa_heads_of_qkv" : "sdpa_heads_of_qkv_unaligned", true, {{2, 70, 384 + pad}},
+        [pad](In x) {
+          const int64_t b = 2, t = 70, h = 2, e = 64, c = h * e;
+          auto head = [&](int64_t i) {
+            const Tensor m = ops::Narrow(x[0], 2, pad + i * c, c);
+            return ops::Transpose(ops::View(m, {b, t, h, e}), 1, 2);  // (B, H, T, E)
+          };
+          const Tensor y = ops::ScaledDotProductAttention(head(0), head(1), head(2), true);
+          return ops::Reshape(ops::Transpose(y, 1, 2), {b, t, c});
+        }));
+  }
+  // Batch dims the kernels cannot address as one stride (copied), and none at all.
+  v->push_back(ForwardBackward(
+      "sdpa_fused_batch_dims_swapped", true, {{2, 3, 2, 7, 16}, {2, 3, 2, 9, 16}, {2, 3, 2, 9, 16}},
+      [](In x) {
+        auto swap = [](const Tensor& t) { return ops::Transpose(t, 0, 1); };
+        return ops::ScaledDotProductAttention(swap(x[0]), swap(x[1]), swap(x[2]), true);
+      }));
+  v->push_back(
+      ForwardBackward("sdpa_fused_one_matrix", true, {{11, 32}, {5, 32}, {5, 32}},
+                      [](In x) { return ops::ScaledDotProductAttention(x[0], x[1], x[2]); }));
   // Head sizes 64 and 128 take the tensor-core kernels on CUDA for bf16/f16 (attention_tc.cu):
   // sizes that are not multiples of its 64-row tiles, causal with l != s.
   v->push_back(
