@@ -16,7 +16,8 @@
 //    and returned in float32.
 //  - Float32 (low-precision inputs cast up to float32): softmax, log-softmax, cross-entropy and
 //    every other loss, layer norm, batch norm, the reductions (sum, mean, var, norm), exp, log,
-//    pow.
+//    pow. On CUDA, cross-entropy reads 16-bit logits without the cast: its kernels work in
+//    float32 and return a float32 loss, with the same results bit for bit.
 //  - Everything else (add, mul, activations, views, ...): no cast of its own; inputs of different
 //    floating dtypes promote to the widest of them, as without autocast.
 // float64 tensors are never cast (gradient checks stay exact), nor are integer tensors. The casts

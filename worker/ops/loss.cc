@@ -120,7 +120,11 @@ Tensor LogitsAsRows(const Tensor& logits, int64_t c) {
 
 Tensor CrossEntropy(const Tensor& logits_in, const Tensor& target,
                     const CrossEntropyOptions& options) {
-  const Tensor logits = AutocastF32(logits_in);
+  // Autocast runs losses in f32. On a GPU the kernels already do: they read 16-bit logits, work
+  // in f32 and write f32 losses, so the f32 copy of the logits (at a GPT's vocabulary the step's
+  // largest tensor, and saved for the backward) is skipped; the gradient is rounded once, to
+  // the logits' dtype, as the copy's backward would round it. Same results, bit for bit.
+  const Tensor logits = logits_in.device().is_cuda() ? logits_in : AutocastF32(logits_in);
   CheckFloating(logits, "cross_entropy");
   const Reduction red = ParseReduction(options.reduction, "cross_entropy");
   TY_CHECK(target.defined() && target.dtype() == DType::kInt64)

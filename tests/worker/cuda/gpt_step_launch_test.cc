@@ -159,5 +159,15 @@ TEST_F(GptStepLaunchTest, EachBlockMakesTheCopiesItemisedInTheNote) {
   EXPECT_EQ(PerBlock("Copy", kOptimizer), 0);
 }
 
+// Outside the blocks, forward (3): the final layer norm's output and the tied token embedding
+// cast to bf16 for the head, and cross-entropy's count of targets (bool to f32). Backward (4):
+// the head's two gradients cast to f32, the loss's gradient spread over the rows, and the
+// position embedding's slice. Cross-entropy reads the bf16 logits as they are: no f32 copy of
+// the step's largest tensor, forward or backward (ops::CrossEntropy).
+TEST_F(GptStepLaunchTest, OutsideTheBlocksTheStepMakesTheItemisedCopies) {
+  EXPECT_EQ(two_["Copy"][kForward] - 2 * PerBlock("Copy", kForward), 3);
+  EXPECT_EQ(two_["Copy"][kBackward] - 2 * PerBlock("Copy", kBackward), 4);
+}
+
 }  // namespace
 }  // namespace trainyard

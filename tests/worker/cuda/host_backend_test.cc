@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "tests/worker/cuda/op_cases.h"
+#include "worker/autograd/autocast.h"
 #include "worker/autograd/engine.h"
 #include "worker/nn/gpt.h"
 #include "worker/nn/linear.h"
@@ -385,6 +386,32 @@ TEST_F(HostBackendTest, ClipGradNormQueuesEverythingAndTheHostReadsTheNormLater)
   EXPECT_EQ(total.item(), 5.0);
   EXPECT_NEAR(ToVector<float>(a.grad())[0], 1.5, 1e-6);
   EXPECT_NEAR(ToVector<float>(ConvertTo(b.grad(), DType::kFloat32))[1], 2.0, 1e-2);
+}
+
+// Under autocast the loss reads bf16 logits on the device as they are (no f32 copy); the loss
+// and the logits' gradient equal those through the f32 copy bit for bit.
+TEST_F(HostBackendTest, AutocastCrossEntropyReadsBf16LogitsAsThroughAnF32Copy) {
+  Generator gen(5);
+  const Tensor host = Randn({6, 11}, Options(DType::kFloat32), &gen);
+  Tensor logits = CopyToDevice(ConvertTo(host, DType::kBFloat16), kCuda).set_requires_grad(true);
+  const Tensor target = CopyToDevice(FromVector<int64_t>({0, 3, 10, 2, 2, 7}), kCuda);
+  const int64_t copies = backend_.launches("Copy");
+  Tensor direct;
+  {
+    AutocastGuard autocast(DType::kBFloat16);
+    direct = ops::CrossEntropy(logits, target);
+  }
+  EXPECT_EQ(backend_.launches("Copy") - copies, 1) << "only the targets' count";
+  EXPECT_EQ(direct.dtype(), DType::kFloat32);
+  ASSERT_TRUE(autograd::Backward(direct).ok());
+  const Tensor direct_grad = logits.grad();
+  logits.set_grad(Tensor());
+  const Tensor through_f32 = ops::CrossEntropy(ops::To(logits, DType::kFloat32), target);
+  ASSERT_TRUE(autograd::Backward(through_f32).ok());
+  EXPECT_EQ(direct.item(), through_f32.item());
+  EXPECT_EQ(direct_grad.dtype(), DType::kBFloat16);
+  EXPECT_EQ(ToVector<float>(ConvertTo(direct_grad, DType::kFloat32)),
+            ToVector<float>(ConvertTo(logits.grad(), DType::kFloat32)));
 }
 
 // ---- Device memory ----
