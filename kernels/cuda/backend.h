@@ -182,6 +182,12 @@ class Backend {
                              const void* g, void* gx, double alpha, double beta, Stream stream) = 0;
   virtual void Binary(BinaryOp op, ScalarType type, const StridedIter& it, void* out, const void* x,
                       const void* y, double alpha, Stream stream) = 0;
+  // Binary with inputs of two different types among f32, bf16 and f16 (their promotion, the
+  // output's type, is f32): each input is converted to f32 on load, as a copy would convert it,
+  // so a residual add of a 16-bit branch needs no f32 copy of it.
+  virtual void BinaryMixed(BinaryOp op, ScalarType x_type, ScalarType y_type, const StridedIter& it,
+                           float* out, const void* x, const void* y, double alpha,
+                           Stream stream) = 0;
   virtual void Compare(CompareOp op, ScalarType type, const StridedIter& it, uint8_t* out,
                        const void* x, const void* y, Stream stream) = 0;
   virtual void Where(ScalarType type, const StridedIter& it, void* out, const uint8_t* cond,

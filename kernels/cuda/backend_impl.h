@@ -47,6 +47,8 @@ class CudaBackendImpl final : public Backend {
                      const void* g, void* gx, double alpha, double beta, Stream stream) override;
   void Binary(BinaryOp op, ScalarType type, const StridedIter& it, void* out, const void* x,
               const void* y, double alpha, Stream stream) override;
+  void BinaryMixed(BinaryOp op, ScalarType x_type, ScalarType y_type, const StridedIter& it,
+                   float* out, const void* x, const void* y, double alpha, Stream stream) override;
   void Compare(CompareOp op, ScalarType type, const StridedIter& it, uint8_t* out, const void* x,
                const void* y, Stream stream) override;
   void Where(ScalarType type, const StridedIter& it, void* out, const uint8_t* cond, const void* x,

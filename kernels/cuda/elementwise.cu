@@ -188,6 +188,13 @@ struct BinaryFn {
   }
 };
 
+// BinaryFn<float> on inputs of their own types, each converted to f32 on load (exactly).
+template <typename X, typename Y>
+struct MixedBinaryFn {
+  BinaryFn<float> fn;
+  __device__ float operator()(X xs, Y ys) const { return fn(Load(&xs), Load(&ys)); }
+};
+
 // Compares in the type itself (integers exactly), bf16/f16 through f32 (also exact).
 template <typename T>
 struct CompareFn {
@@ -586,6 +593,22 @@ void CudaBackendImpl::Binary(BinaryOp op, ScalarType type, const StridedIter& it
     using T = typename decltype(tag)::type;
     Launch("binary", it, AsStream(stream), BinaryFn<T>{op, static_cast<Acc<T>>(alpha)},
            static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(y));
+  });
+}
+
+void CudaBackendImpl::BinaryMixed(BinaryOp op, ScalarType x_type, ScalarType y_type,
+                                  const StridedIter& it, float* out, const void* x, const void* y,
+                                  double alpha, Stream stream) {
+  TY_CHECK(x_type != y_type) << "binary (mixed): both inputs are " << static_cast<int>(x_type)
+                             << "; use Binary";
+  DispatchDtype<DtypeSet::kFloat>(x_type, "binary (mixed)", [&](auto xtag) {
+    using X = typename decltype(xtag)::type;
+    DispatchDtype<DtypeSet::kFloat>(y_type, "binary (mixed)", [&](auto ytag) {
+      using Y = typename decltype(ytag)::type;
+      Launch("binary (mixed)", it, AsStream(stream),
+             MixedBinaryFn<X, Y>{BinaryFn<float>{op, static_cast<float>(alpha)}}, out,
+             static_cast<const X*>(x), static_cast<const Y*>(y));
+    });
   });
 }
 

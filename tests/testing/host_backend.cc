@@ -273,6 +273,21 @@ void HostBackend::Binary(BinaryOp op, ScalarType type, const StridedIter& it, vo
   Scatter(type, it, 0, zs, H(out));
 }
 
+void HostBackend::BinaryMixed(BinaryOp op, ScalarType x_type, ScalarType y_type,
+                              const StridedIter& it, float* out, const void* x, const void* y,
+                              double alpha, Stream stream) {
+  CheckStream(stream);
+  CheckFloat(x_type, "BinaryMixed");
+  CheckFloat(y_type, "BinaryMixed");
+  TY_CHECK(x_type != y_type) << "BinaryMixed: both inputs have one type";
+  Count("Binary");
+  std::vector<float> xs = Gather<float>(x_type, it, 1, H(x));
+  std::vector<float> ys = Gather<float>(y_type, it, 2, H(y)), zs(xs.size());
+  kc::Binary<float>(op, FlatIter(it.numel(), 3), zs.data(), xs.data(), ys.data(),
+                    static_cast<float>(alpha));
+  Scatter(ScalarType::kF32, it, 0, zs, H(out));
+}
+
 void HostBackend::Compare(CompareOp op, ScalarType type, const StridedIter& it, uint8_t* out,
                           const void* x, const void* y, Stream stream) {
   CheckStream(stream);

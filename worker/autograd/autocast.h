@@ -19,7 +19,8 @@
 //    pow. On CUDA, cross-entropy reads 16-bit logits without the cast: its kernels work in
 //    float32 and return a float32 loss, with the same results bit for bit.
 //  - Everything else (add, mul, activations, views, ...): no cast of its own; inputs of different
-//    floating dtypes promote to the widest of them, as without autocast.
+//    floating dtypes promote to the widest of them, as without autocast (on CUDA, add promotes
+//    inside its kernel: a residual add of a 16-bit branch makes no f32 copy of it).
 // float64 tensors are never cast (gradient checks stay exact), nor are integer tensors. The casts
 // are recorded like any other op, so a gradient reaches a float32 parameter as float32, having
 // passed through the autocast dtype on the way back (in float16 it can overflow: hence the

@@ -78,6 +78,40 @@ void CheckBroadcastsTo(const Tensor& self, const Tensor& other, const char* name
       << name << ": shape " << other.shape() << " does not broadcast to " << self.shape();
 }
 
+// Whether a and b are on one CUDA device with two different types among f32, bf16 and f16
+// (promoting to f32), which the device's kernels read as they are (device::BinaryMixed).
+bool MixedOnDevice(const Tensor& a, const Tensor& b) {
+  auto low_or_f32 = [](DType d) {
+    return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
+  };
+  return a.defined() && b.defined() && a.device().is_cuda() && a.device() == b.device() &&
+         a.dtype() != b.dtype() && low_or_f32(a.dtype()) && low_or_f32(b.dtype());
+}
+
+// a + alpha * b in f32 from inputs of two types, as Add through an f32 copy of the narrower
+// computes it, bit for bit, without the copy (a residual stream's add of a bf16 branch under
+// autocast); each gradient is rounded to its input's type, as the copy's backward rounds it.
+Tensor MixedAdd(const Tensor& a, const Tensor& b, double alpha) {
+  const Shape shape = BroadcastShapes(a.shape(), b.shape(), "add");
+  Tensor out = Empty(shape, a.options().set_dtype(DType::kFloat32));
+  device::BinaryMixed(kc::BinaryOp::kAdd, IterFor(shape, {&out, &a, &b}), out, a, b, alpha);
+  if (ShouldRecord({&a, &b})) {
+    auto node = Record("AddBackward0", {&a, &b},
+                       [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype(), alpha](
+                           Node& n, GradList&& g) {
+                         GradList r(2);
+                         if (NeedsGrad(n, 0)) r[0] = ConvertTo(SumToShape(g[0], sa), da);
+                         if (NeedsGrad(n, 1)) {
+                           const Tensor gb = alpha == 1 ? g[0] : MulScalar(g[0], alpha);
+                           r[1] = ConvertTo(SumToShape(gb, sb), db);
+                         }
+                         return r;
+                       });
+    SetHistory(out, node);
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace internal {
@@ -91,6 +125,7 @@ Tensor UnaryOp(int op, const Tensor& x, double alpha, double beta, const char* n
 }  // namespace internal
 
 Tensor Add(const Tensor& a0, const Tensor& b0, double alpha) {
+  if (MixedOnDevice(a0, b0)) return MixedAdd(a0, b0, alpha);
   const Tensor a = PromoteTo(a0, b0);
   const Tensor b = PromoteTo(b0, a0);
   Tensor out = BinaryForward(kc::BinaryOp::kAdd, a, b, alpha, "add");

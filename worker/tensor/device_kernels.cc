@@ -90,6 +90,13 @@ void Binary(BinaryOp op, const StridedIter& it, const Tensor& out, const Tensor&
   });
 }
 
+void BinaryMixed(BinaryOp op, const StridedIter& it, const Tensor& out, const Tensor& x,
+                 const Tensor& y, double alpha) {
+  TY_CHECK(out.device().is_cuda() && out.dtype() == DType::kFloat32)
+      << "binary (mixed): out is " << DTypeName(out.dtype()) << " on " << out.device().ToString();
+  B().BinaryMixed(op, T(x), T(y), it, out.data<float>(), x.raw_data(), y.raw_data(), alpha, S(out));
+}
+
 void Compare(CompareOp op, const StridedIter& it, const Tensor& out, const Tensor& x,
              const Tensor& y) {
   auto* o = static_cast<uint8_t*>(out.raw_data());

@@ -43,6 +43,9 @@ void UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& g
                    double alpha, double beta);
 void Binary(BinaryOp op, const StridedIter& it, const Tensor& out, const Tensor& x, const Tensor& y,
             double alpha);
+// Binary on a CUDA device with x and y of two different types among f32, bf16 and f16; out f32.
+void BinaryMixed(BinaryOp op, const StridedIter& it, const Tensor& out, const Tensor& x,
+                 const Tensor& y, double alpha);
 void Compare(CompareOp op, const StridedIter& it, const Tensor& out, const Tensor& x,
              const Tensor& y);  // any dtype but f16/bf16 on the CPU
 void Where(const StridedIter& it, const Tensor& out, const Tensor& cond, const Tensor& x,

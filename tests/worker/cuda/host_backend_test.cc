@@ -414,6 +414,32 @@ TEST_F(HostBackendTest, AutocastCrossEntropyReadsBf16LogitsAsThroughAnF32Copy) {
             ToVector<float>(ConvertTo(logits.grad(), DType::kFloat32)));
 }
 
+// An f32 residual plus a bf16 branch, as autocast makes them: the bf16 operand is read as it
+// is, and the sum and both gradients equal those through an f32 copy of it, bit for bit.
+TEST_F(HostBackendTest, AnAddOfF32AndBf16ReadsTheBf16AsItIsAndEqualsTheCopy) {
+  Generator gen(9);
+  auto input = [&](const Shape& shape, DType dtype) {
+    const Tensor host = ConvertTo(Randn(shape, Options(DType::kFloat32), &gen), dtype);
+    return CopyToDevice(host, kCuda).set_requires_grad(true);
+  };
+  Tensor x = input({5, 9}, DType::kFloat32), y = input({9}, DType::kBFloat16);
+  const int64_t copies = backend_.launches("Copy");
+  const Tensor direct = ops::Add(x, y, 0.5);
+  EXPECT_EQ(backend_.launches("Copy"), copies);
+  EXPECT_EQ(direct.dtype(), DType::kFloat32);
+  ASSERT_TRUE(autograd::Backward(ops::Sum(ops::Mul(direct, direct))).ok());
+  const Tensor gx = x.grad(), gy = y.grad();
+  EXPECT_EQ(gy.dtype(), DType::kBFloat16);
+  x.set_grad(Tensor());
+  y.set_grad(Tensor());
+  const Tensor copied = ops::Add(x, ops::To(y, DType::kFloat32), 0.5);
+  ASSERT_TRUE(autograd::Backward(ops::Sum(ops::Mul(copied, copied))).ok());
+  EXPECT_EQ(ToVector<float>(direct), ToVector<float>(copied));
+  EXPECT_EQ(ToVector<float>(gx), ToVector<float>(x.grad()));
+  EXPECT_EQ(ToVector<float>(ConvertTo(gy, DType::kFloat32)),
+            ToVector<float>(ConvertTo(y.grad(), DType::kFloat32)));
+}
+
 // ---- Device memory ----
 
 TEST(HostBackendMemoryTest, OutOfDeviceMemoryIsResourceExhaustedNamingTheSizes) {
