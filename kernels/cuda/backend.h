@@ -315,7 +315,7 @@ inline constexpr char kCudaLibraryName[] = "libtrainyard_cuda.so";
 inline constexpr char kCudaLibraryEnv[] = "TRAINYARD_CUDA_LIB";
 inline constexpr char kCudaEntryPoint[] = "TyCudaBackend";
 // Bump when Backend or the structs above change.
-inline constexpr int kCudaAbiVersion = 6;
+inline constexpr int kCudaAbiVersion = 7;
 
 // Returns the process-wide backend, or null with `error` set when the versions differ.
 using CudaEntryFn = Backend* (*)(int abi_version, size_t backend_size, std::string* error);

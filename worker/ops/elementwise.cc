@@ -99,11 +99,16 @@ Tensor MixedAdd(const Tensor& a, const Tensor& b, double alpha) {
     auto node = Record("AddBackward0", {&a, &b},
                        [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype(), alpha](
                            Node& n, GradList&& g) {
+                         // The f32 side's gradient goes as it is (ConvertTo would copy a
+                         // strided one).
+                         auto as = [](const Tensor& t, DType d) {
+                           return t.dtype() == d ? t : ConvertTo(t, d);
+                         };
                          GradList r(2);
-                         if (NeedsGrad(n, 0)) r[0] = ConvertTo(SumToShape(g[0], sa), da);
+                         if (NeedsGrad(n, 0)) r[0] = as(SumToShape(g[0], sa), da);
                          if (NeedsGrad(n, 1)) {
                            const Tensor gb = alpha == 1 ? g[0] : MulScalar(g[0], alpha);
-                           r[1] = ConvertTo(SumToShape(gb, sb), db);
+                           r[1] = as(SumToShape(gb, sb), db);
                          }
                          return r;
                        });

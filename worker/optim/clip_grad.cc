@@ -55,7 +55,7 @@ Tensor ClipGradNorm(const std::vector<Tensor>& params, double max_norm, double n
                                                                : ops::Pow(acc, 1 / norm_type);
   // min(max_norm / (total + 1e-6), 1), NaN kept (Clamp passes it through, as torch.clamp).
   const Tensor coef =
-      ops::Clamp(ops::MulScalar(ops::Pow(ops::AddScalar(total, 1e-6), -1), max_norm),
+      ops::Clamp(ops::Div(Scalar(max_norm, total.options()), ops::AddScalar(total, 1e-6)),
                  -std::numeric_limits<double>::infinity(), 1);
   std::map<DType, Tensor> coef_as;  // coef in each gradient dtype, converted once
   for (const Tensor& g : grads) {

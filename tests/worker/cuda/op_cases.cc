@@ -203,10 +203,14 @@ void AddElementwise(std::vector<OpCase>* v) {
                           [](auto& a, auto& b) { return ops::Add(a, b, 2); }));
   // On CUDA in bf16/f16: an f32 operand next to a 16-bit one, read as they are
   // (device::BinaryMixed), either side, broadcasting; the gradients go back in each input's type.
-  v->push_back(BinaryCase("add_f32_and_16_bit", {7, 13}, {13}, -1, 1, [](auto& a, auto& b) {
-    const Tensor b32 = ops::To(b, DType::kFloat32);
-    return ops::Add(ops::Add(a, b32), ops::Add(b32, a, -0.75));
-  }));
+  // Same shapes (as a residual add) take the vectorised flat kernel, with a tail.
+  for (const Shape& sb : {Shape{67}, Shape{9, 67}}) {
+    v->push_back(BinaryCase(sb.size() == 1 ? "add_f32_and_16_bit_broadcast" : "add_f32_and_16_bit",
+                            {9, 67}, sb, -1, 1, [](auto& a, auto& b) {
+                              const Tensor b32 = ops::To(b, DType::kFloat32);
+                              return ops::Add(ops::Add(a, b32), ops::Add(b32, a, -0.75));
+                            }));
+  }
   v->push_back(BinaryCase("sub_broadcast_both", {3, 1, 13}, {7, 1}, -1, 1,
                           [](auto& a, auto& b) { return ops::Sub(a, b, 0.5); }));
   v->push_back(BinaryCase("mul_broadcast", {5, 7, 3}, {7, 1}, -1, 1, ops::Mul));
