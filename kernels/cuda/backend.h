@@ -208,15 +208,16 @@ class Backend {
                               bool log, Stream stream) = 0;
   virtual void SoftmaxBackward(ScalarType type, const void* y, const void* gy, void* gx,
                                int64_t rows, int64_t n, bool log, Stream stream) = 0;
-  // logits: `type`; target int64; loss and lse f32.
-  virtual void CrossEntropyForward(ScalarType type, const void* logits, const int64_t* target,
-                                   float* loss, float* lse, int64_t rows, int64_t c,
-                                   int64_t ignore_index, double smoothing, Stream stream) = 0;
-  // gloss f32 (one per row); grad has the logits' type.
-  virtual void CrossEntropyBackward(ScalarType type, const void* logits, const int64_t* target,
-                                    const float* lse, const float* gloss, void* grad, int64_t rows,
-                                    int64_t c, int64_t ignore_index, double smoothing,
-                                    Stream stream) = 0;
+  // logits: (rows, c) of `type`, rows ld >= c apart; target int64; loss and lse f32.
+  virtual void CrossEntropyForward(ScalarType type, const void* logits, int64_t ld,
+                                   const int64_t* target, float* loss, float* lse, int64_t rows,
+                                   int64_t c, int64_t ignore_index, double smoothing,
+                                   Stream stream) = 0;
+  // gloss f32 (one per row); grad has the logits' type and row stride ld.
+  virtual void CrossEntropyBackward(ScalarType type, const void* logits, int64_t ld,
+                                    const int64_t* target, const float* lse, const float* gloss,
+                                    void* grad, int64_t rows, int64_t c, int64_t ignore_index,
+                                    double smoothing, Stream stream) = 0;
   // x, y, gx: `type`; weight, bias, gweight, gbias: `param_type`; mean, rstd f32.
   virtual void LayerNormForward(ScalarType type, ScalarType param_type, const void* x,
                                 const void* weight, const void* bias, void* y, float* mean,
@@ -315,7 +316,7 @@ inline constexpr char kCudaLibraryName[] = "libtrainyard_cuda.so";
 inline constexpr char kCudaLibraryEnv[] = "TRAINYARD_CUDA_LIB";
 inline constexpr char kCudaEntryPoint[] = "TyCudaBackend";
 // Bump when Backend or the structs above change.
-inline constexpr int kCudaAbiVersion = 7;
+inline constexpr int kCudaAbiVersion = 8;
 
 // Returns the process-wide backend, or null with `error` set when the versions differ.
 using CudaEntryFn = Backend* (*)(int abi_version, size_t backend_size, std::string* error);

@@ -317,17 +317,19 @@ struct CeMerge {
   __device__ CeAcc operator()(CeAcc a, CeAcc b) const { return {Merge(a.ms, b.ms), a.sum + b.sum}; }
 };
 
-// logits: (rows, c). loss = (1 - s)(lse - x_t) + s (lse - mean x); ignored rows get 0 and 0.
+// logits: (rows, c), rows ld apart. loss = (1 - s)(lse - x_t) + s (lse - mean x); ignored rows
+// get 0 and 0.
 template <typename T>
 __global__ void __launch_bounds__(512)
-    CrossEntropyForwardKernel(const T* logits, const int64_t* target, float* loss, float* lse,
-                              int64_t rows, int64_t c, int64_t ignore_index, float smoothing) {
+    CrossEntropyForwardKernel(const T* logits, int64_t ld, const int64_t* target, float* loss,
+                              float* lse, int64_t rows, int64_t c, int64_t ignore_index,
+                              float smoothing) {
   __shared__ CeAcc smem[32];
   const int64_t row = RowOf();
   const bool live = row < rows;
   const int64_t t = live ? target[row] : ignore_index;
   const bool active = live && t != ignore_index;
-  const T* x = logits + (live ? row : 0) * c;
+  const T* x = logits + (live ? row : 0) * ld;
   CeAcc acc{{-INFINITY, 0.0f}, 0.0f};
   if (active) {
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
@@ -351,17 +353,18 @@ __global__ void __launch_bounds__(512)
   lse[row] = l;
 }
 
-// grad = g (exp(x - lse) - (1 - s) [j == t] - s / c); ignored rows get 0.
+// grad = g (exp(x - lse) - (1 - s) [j == t] - s / c); ignored rows get 0. Both (rows, c), rows
+// ld apart.
 template <typename T>
 __global__ void __launch_bounds__(512)
-    CrossEntropyBackwardKernel(const T* logits, const int64_t* target, const float* lse,
+    CrossEntropyBackwardKernel(const T* logits, int64_t ld, const int64_t* target, const float* lse,
                                const float* gloss, T* grad, int64_t rows, int64_t c,
                                int64_t ignore_index, float smoothing) {
   const int64_t row = RowOf();
   if (row >= rows) return;  // no block barrier below
   const int64_t t = target[row];
-  const T* x = logits + row * c;
-  T* gr = grad + row * c;
+  const T* x = logits + row * ld;
+  T* gr = grad + row * ld;
   if (t == ignore_index) {
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) gr[j] = FromFloat<T>(0.0f);
     return;
@@ -569,7 +572,7 @@ void CudaBackendImpl::SoftmaxBackward(ScalarType type, const void* y, const void
   CheckLaunch("softmax backward");
 }
 
-void CudaBackendImpl::CrossEntropyForward(ScalarType type, const void* logits,
+void CudaBackendImpl::CrossEntropyForward(ScalarType type, const void* logits, int64_t ld,
                                           const int64_t* target, float* loss, float* lse,
                                           int64_t rows, int64_t c, int64_t ignore_index,
                                           double smoothing, Stream stream) {
@@ -578,13 +581,13 @@ void CudaBackendImpl::CrossEntropyForward(ScalarType type, const void* logits,
   DispatchDtype<DtypeSet::kFloat>(type, "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
     CrossEntropyForwardKernel<<<plan.grid, plan.block, 0, AsStream(stream)>>>(
-        static_cast<const T*>(logits), target, loss, lse, rows, c, ignore_index,
+        static_cast<const T*>(logits), ld, target, loss, lse, rows, c, ignore_index,
         static_cast<float>(smoothing));
   });
   CheckLaunch("cross_entropy");
 }
 
-void CudaBackendImpl::CrossEntropyBackward(ScalarType type, const void* logits,
+void CudaBackendImpl::CrossEntropyBackward(ScalarType type, const void* logits, int64_t ld,
                                            const int64_t* target, const float* lse,
                                            const float* gloss, void* grad, int64_t rows, int64_t c,
                                            int64_t ignore_index, double smoothing, Stream stream) {
@@ -593,7 +596,7 @@ void CudaBackendImpl::CrossEntropyBackward(ScalarType type, const void* logits,
   DispatchDtype<DtypeSet::kFloat>(type, "cross_entropy backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     CrossEntropyBackwardKernel<<<plan.grid, plan.block, 0, AsStream(stream)>>>(
-        static_cast<const T*>(logits), target, lse, gloss, static_cast<T*>(grad), rows, c,
+        static_cast<const T*>(logits), ld, target, lse, gloss, static_cast<T*>(grad), rows, c,
         ignore_index, static_cast<float>(smoothing));
   });
   CheckLaunch("cross_entropy backward");

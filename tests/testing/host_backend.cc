@@ -386,28 +386,53 @@ void HostBackend::SoftmaxBackward(ScalarType type, const void* y, const void* gy
   gxs.Store();
 }
 
-void HostBackend::CrossEntropyForward(ScalarType type, const void* logits, const int64_t* target,
-                                      float* loss, float* lse, int64_t rows, int64_t c,
-                                      int64_t ignore_index, double smoothing, Stream stream) {
+namespace {
+
+// Rows [0, rows) of c elements, ld apart, of `type` at p as f32 (rows, c), contiguous.
+std::vector<float> GatherRows(ScalarType type, const void* p, int64_t ld, int64_t rows, int64_t c) {
+  std::vector<float> out(rows * c);
+  DispatchAll(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* base = static_cast<const T*>(p);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < c; ++j) out[r * c + j] = kc::Cast<float>(base[r * ld + j]);
+  });
+  return out;
+}
+
+}  // namespace
+
+void HostBackend::CrossEntropyForward(ScalarType type, const void* logits, int64_t ld,
+                                      const int64_t* target, float* loss, float* lse, int64_t rows,
+                                      int64_t c, int64_t ignore_index, double smoothing,
+                                      Stream stream) {
   CheckStream(stream);
   CheckFloat(type, "CrossEntropyForward");
+  TY_CHECK(ld >= c) << "CrossEntropyForward: row stride " << ld << " below " << c << " classes";
   Count("CrossEntropyForward");
-  F32 xs(type, H(logits), rows * c);
+  const std::vector<float> xs = GatherRows(type, H(logits), ld, rows, c);
   kc::CrossEntropyForward<float>(xs.data(), H(target), H(loss), H(lse), rows, c, ignore_index,
                                  static_cast<float>(smoothing));
 }
 
-void HostBackend::CrossEntropyBackward(ScalarType type, const void* logits, const int64_t* target,
-                                       const float* lse, const float* gloss, void* grad,
-                                       int64_t rows, int64_t c, int64_t ignore_index,
+void HostBackend::CrossEntropyBackward(ScalarType type, const void* logits, int64_t ld,
+                                       const int64_t* target, const float* lse, const float* gloss,
+                                       void* grad, int64_t rows, int64_t c, int64_t ignore_index,
                                        double smoothing, Stream stream) {
   CheckStream(stream);
   CheckFloat(type, "CrossEntropyBackward");
+  TY_CHECK(ld >= c) << "CrossEntropyBackward: row stride " << ld << " below " << c << " classes";
   Count("CrossEntropyBackward");
-  F32 xs(type, H(logits), rows * c), gs(type, H(grad), rows * c, false);
+  const std::vector<float> xs = GatherRows(type, H(logits), ld, rows, c);
+  std::vector<float> gs(rows * c);
   kc::CrossEntropyBackward<float>(xs.data(), H(target), H(lse), H(gloss), gs.data(), rows, c,
                                   ignore_index, static_cast<float>(smoothing));
-  gs.Store();
+  DispatchAll(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* base = static_cast<T*>(H(grad));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < c; ++j) base[r * ld + j] = kc::Cast<T>(gs[r * c + j]);
+  });
 }
 
 void HostBackend::LayerNormForward(ScalarType type, ScalarType param_type, const void* x,

@@ -110,10 +110,10 @@ class HostBackend final : public kernels::cuda::Backend {
                       Stream stream) override;
   void SoftmaxBackward(ScalarType type, const void* y, const void* gy, void* gx, int64_t rows,
                        int64_t n, bool log, Stream stream) override;
-  void CrossEntropyForward(ScalarType type, const void* logits, const int64_t* target, float* loss,
-                           float* lse, int64_t rows, int64_t c, int64_t ignore_index,
+  void CrossEntropyForward(ScalarType type, const void* logits, int64_t ld, const int64_t* target,
+                           float* loss, float* lse, int64_t rows, int64_t c, int64_t ignore_index,
                            double smoothing, Stream stream) override;
-  void CrossEntropyBackward(ScalarType type, const void* logits, const int64_t* target,
+  void CrossEntropyBackward(ScalarType type, const void* logits, int64_t ld, const int64_t* target,
                             const float* lse, const float* gloss, void* grad, int64_t rows,
                             int64_t c, int64_t ignore_index, double smoothing,
                             Stream stream) override;

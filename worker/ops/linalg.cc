@@ -125,7 +125,12 @@ void CudaBatchedGemm(const Operand& a, const Operand& b, const Shape& batch, int
   g.trans_b = b.layout.trans;
   g.m = m, g.n = n, g.k = k;
   g.beta = accumulate ? 1.0f : 0.0f;
-  g.lda = a.layout.ld, g.ldb = b.layout.ld, g.ldc = n;
+  // out's rows may lie apart (a padded linear output, Note [Padded rows]) for one product.
+  const int64_t ldc = out.dim() >= 2 && m > 1 ? out.stride(-2) : n;
+  TY_CHECK((n <= 1 || out.stride(-1) == 1) && ldc >= n && (ldc == n || batch.numel() == 1))
+      << "matmul: the output " << out.shape() << " with strides " << out.strides()
+      << " is not one the GEMM writes";
+  g.lda = a.layout.ld, g.ldb = b.layout.ld, g.ldc = ldc;
   g.epilogue.bias = bias.defined() ? bias.raw_data() : nullptr;
   const size_t esize = ElementSize(a.data.dtype());
   const auto* pa = static_cast<const char*>(a.data.raw_data());
@@ -173,13 +178,18 @@ Tensor RawTranspose(const Tensor& t) { return views::Transpose(t, -1, -2); }
 
 // out: contiguous (*batch, m, n) = a: (*, m, k) @ b: (*, k, n) (+ out when accumulate, + bias
 // (n) when defined; bias only on CUDA, where the GEMM's epilogue adds it). Both operands are at
-// least 2-D; batch is their broadcast batch shape. No autograd.
+// least 2-D; batch is their broadcast batch shape. On CUDA a single product's out may have its
+// rows apart (Note [Padded rows]). No autograd.
 void MatmulInto(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate,
                 const Tensor& bias = Tensor()) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   if (out.numel() == 0) return;
-  if (k == 0) {
-    if (!accumulate) FillInPlace(out, 0);
+  if (k == 0) {  // the products are 0
+    if (bias.defined()) {
+      CopyInto(out, bias);
+    } else if (!accumulate) {
+      FillInPlace(out, 0);
+    }
     return;
   }
   Shape batch = BroadcastShapes(BatchShape(a), BatchShape(b), "matmul");
@@ -290,6 +300,26 @@ void CheckLinear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       << "linear: bias shape " << bias.shape() << " must be [" << weight.size(0) << "]";
 }
 
+// Note [Padded rows]
+// Tensor-core GEMMs want every row of every operand to start on 16 bytes; Hopper's fastest
+// kernels (TMA) cannot run otherwise. A linear layer with a wide output whose width is not a
+// multiple of 16 bytes, as GPT-2's 50257-token head is, would write its output rows off that
+// alignment, and its backward would read them so. On CUDA such an output is allocated with its
+// rows padded to a multiple of 16 bytes and returned as the view of its first out_features
+// columns (nanoGPT pads the vocabulary itself for this). Cross-entropy reads and writes such
+// rows where they lie (ops/loss.cc), so the padding costs no copy on the way to the loss.
+// Narrow outputs stay contiguous: padding them would cost more memory than it could gain.
+constexpr int64_t kPadRowsFrom = 1024;  // output features
+
+Tensor EmptyLinearOutput(const Shape& shape, const TensorOptions& options) {
+  const int64_t n = shape[shape.size() - 1];
+  const int64_t per16 = 16 / static_cast<int64_t>(ElementSize(options.dtype));
+  if (!options.device.is_cuda() || n < kPadRowsFrom || n % per16 == 0) return Empty(shape, options);
+  Shape padded = shape;
+  padded[shape.size() - 1] = (n + per16 - 1) / per16 * per16;
+  return views::Narrow(Empty(padded, options), -1, 0, n);
+}
+
 }  // namespace
 
 Tensor Linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
@@ -301,7 +331,7 @@ Tensor Linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const int64_t rows = Rows(x);
   Shape shape = x.shape();
   shape[x.dim() - 1] = out_features;
-  Tensor out = Empty(shape, x.options());
+  Tensor out = EmptyLinearOutput(shape, x.options());
   Tensor out2 = RawReshape(out, {rows, out_features});  // (rows, out), a view
   // x2: (rows, in) @ weight^T: (in, out). The bias: on CUDA in the GEMM's epilogue; on the
   // CPU its rows are put in place first and the GEMM accumulates onto them (beta = 1).

@@ -51,6 +51,24 @@ Tensor RowGrads(const Tensor& g, int64_t rows, Reduction red, const Tensor& coun
   return ContiguousData(views::Expand(views::Unsqueeze(v, 0), {rows}));
 }
 
+// Whether the kernels read the (R, C) logits where they lie: on CUDA, whose kernels take rows
+// apart, when they are as a wide linear layer's padded output has them (ops::Linear, Note
+// [Padded rows]: less than 16 bytes of padding). Rows further apart are copied, lest the
+// gradient, laid out as the logits, take their gaps' memory too.
+bool RowsInPlace(const Tensor& x) {
+  const int64_t rows = x.size(0), c = x.size(1);
+  const int64_t gap = x.stride(0) - c;
+  return x.device().is_cuda() && (c <= 1 || x.stride(1) == 1) &&
+         (rows <= 1 || (gap >= 0 && gap * static_cast<int64_t>(ElementSize(x.dtype())) < 16));
+}
+
+// An uninitialised (R, C) tensor whose rows lie as x's do.
+Tensor EmptyRowsLike(const Tensor& x) {
+  const int64_t rows = x.size(0), c = x.size(1);
+  if (rows <= 1 || x.stride(0) == c) return Empty(x.shape(), x.options());
+  return views::Narrow(Empty({rows, x.stride(0)}, x.options()), 1, 0, c);
+}
+
 // d loss / d logits: (R, C) from the saved logits, targets and row log-sum-exps.
 Tensor CrossEntropyRowsBackward(const Node& n, const Tensor& g, const CrossEntropyOptions& o,
                                 Reduction red, const Tensor& count) {
@@ -59,7 +77,7 @@ Tensor CrossEntropyRowsBackward(const Node& n, const Tensor& g, const CrossEntro
   const Tensor& lse = n.saved(2);
   const int64_t rows = x.size(0), c = x.size(1);
   Tensor gloss = RowGrads(g, rows, red, count);
-  Tensor gx = Empty(x.shape(), x.options());
+  Tensor gx = EmptyRowsLike(x);
   device::CrossEntropyBackward(x, t, lse, ConvertTo(gloss, lse.dtype()), gx, rows, c,
                                o.ignore_index, o.label_smoothing);
   return gx;
@@ -69,7 +87,7 @@ Tensor CrossEntropyRowsBackward(const Node& n, const Tensor& g, const CrossEntro
 // else their sum or mean (0-dim).
 Tensor CrossEntropyRows(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o,
                         Reduction red) {
-  Tensor x = ContiguousData(logits);
+  Tensor x = RowsInPlace(logits) ? logits : ContiguousData(logits);
   const int64_t rows = x.size(0), c = x.size(1);
   CheckSameDevice(x, target, "cross_entropy");
   Tensor t = CheckedTargets(target, c, o.ignore_index);

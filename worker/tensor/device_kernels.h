@@ -70,7 +70,8 @@ void NormPowInto(const Tensor& x, double p, const Tensor& out, int64_t index);
 void SoftmaxForward(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool log);
 void SoftmaxBackward(const Tensor& y, const Tensor& gy, const Tensor& gx, int64_t rows, int64_t n,
                      bool log);
-// loss and lse in StatsDType; target int64.
+// logits, grad: (rows, c), contiguous on the CPU; on CUDA rows may lie apart (unit column
+// stride; grad with the logits' strides). loss and lse in StatsDType; target int64.
 void CrossEntropyForward(const Tensor& logits, const Tensor& target, const Tensor& loss,
                          const Tensor& lse, int64_t rows, int64_t c, int64_t ignore_index,
                          double smoothing);

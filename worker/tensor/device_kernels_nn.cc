@@ -17,6 +17,18 @@ using internal::Ptr;
 using internal::S;
 using internal::T;
 
+namespace {
+
+// The row stride of a (rows, c) matrix with unit column stride: its rows may lie apart.
+int64_t RowStride(const Tensor& m) {
+  TY_CHECK(m.dim() == 2 && (m.size(1) <= 1 || m.stride(1) == 1))
+      << "expected a matrix with unit column stride, got " << m.shape() << " strides "
+      << m.strides();
+  return m.size(0) > 1 ? m.stride(0) : m.size(1);
+}
+
+}  // namespace
+
 void SoftmaxForward(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool log) {
   if (x.device().is_cuda()) {
     B().SoftmaxForward(T(x), x.raw_data(), y.raw_data(), rows, n, log, S(x));
@@ -43,11 +55,12 @@ void CrossEntropyForward(const Tensor& logits, const Tensor& target, const Tenso
                          const Tensor& lse, int64_t rows, int64_t c, int64_t ignore_index,
                          double smoothing) {
   if (logits.device().is_cuda()) {
-    B().CrossEntropyForward(T(logits), logits.raw_data(), target.data<int64_t>(),
+    B().CrossEntropyForward(T(logits), logits.raw_data(), RowStride(logits), target.data<int64_t>(),
                             loss.data<float>(), lse.data<float>(), rows, c, ignore_index, smoothing,
                             S(logits));
     return;
   }
+  TY_CHECK(logits.is_contiguous()) << "cross_entropy: logits must be contiguous on the CPU";
   TY_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
     kc::CrossEntropyForward<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(),
                                       loss.data<scalar_t>(), lse.data<scalar_t>(), rows, c,
@@ -59,11 +72,14 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& target, const Tens
                           const Tensor& gloss, const Tensor& grad, int64_t rows, int64_t c,
                           int64_t ignore_index, double smoothing) {
   if (logits.device().is_cuda()) {
-    B().CrossEntropyBackward(T(logits), logits.raw_data(), target.data<int64_t>(),
-                             lse.data<float>(), gloss.data<float>(), grad.raw_data(), rows, c,
-                             ignore_index, smoothing, S(logits));
+    TY_CHECK(RowStride(grad) == RowStride(logits)) << "cross_entropy backward: row strides differ";
+    B().CrossEntropyBackward(T(logits), logits.raw_data(), RowStride(logits),
+                             target.data<int64_t>(), lse.data<float>(), gloss.data<float>(),
+                             grad.raw_data(), rows, c, ignore_index, smoothing, S(logits));
     return;
   }
+  TY_CHECK(logits.is_contiguous() && grad.is_contiguous())
+      << "cross_entropy backward: logits and grad must be contiguous on the CPU";
   TY_DISPATCH_FLOATING(logits.dtype(), "cross_entropy backward", [&] {
     kc::CrossEntropyBackward<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(),
                                        lse.data<scalar_t>(), gloss.data<scalar_t>(),

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/testing/golden.h"
 #include "tests/worker/cuda/op_cases.h"
 #include "worker/autograd/autocast.h"
 #include "worker/autograd/engine.h"
@@ -438,6 +439,58 @@ TEST_F(HostBackendTest, AnAddOfF32AndBf16ReadsTheBf16AsItIsAndEqualsTheCopy) {
   EXPECT_EQ(ToVector<float>(gx), ToVector<float>(x.grad()));
   EXPECT_EQ(ToVector<float>(ConvertTo(gy, DType::kFloat32)),
             ToVector<float>(ConvertTo(y.grad(), DType::kFloat32)));
+}
+
+// Note [Padded rows]: a wide linear output off 16-byte rows has its rows padded on the device,
+// and the loss reads them where they lie: no copy between the head and the loss, either way.
+TEST_F(HostBackendTest, AWideHeadPadsItsRowsAndTheLossReadsThemInPlace) {
+  Generator gen(3);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor x = CopyToDevice(ConvertTo(Randn({4, 16}, {}, &gen), dtype), kCuda);
+    Tensor w = CopyToDevice(ConvertTo(Randn({1029, 16}, {}, &gen), dtype), kCuda);
+    w.set_requires_grad(true);
+    const Tensor target = CopyToDevice(FromVector<int64_t>({0, 1028, 7, 500}), kCuda);
+    const int64_t copies = backend_.launches("Copy");
+    const Tensor logits = ops::Linear(x, w);
+    EXPECT_EQ(logits.stride(0), 1032) << DTypeName(dtype);  // 16 bytes hold 4 f32 or 8 bf16
+    EXPECT_EQ(logits.stride(1), 1);
+    const Tensor loss = ops::CrossEntropy(logits, target);
+    ASSERT_TRUE(autograd::Backward(loss).ok());
+    // Only the loss's own: its count of targets and its gradient spread over the rows.
+    EXPECT_EQ(backend_.launches("Copy") - copies, 2) << DTypeName(dtype);
+    const Tensor cpu_w =
+        ConvertTo(CopyToDevice(w.detach(), Device::Cpu()), DType::kFloat32).set_requires_grad(true);
+    const Tensor cpu_x = ConvertTo(CopyToDevice(x, Device::Cpu()), DType::kFloat32);
+    const Tensor cpu_loss =
+        ops::CrossEntropy(ops::Linear(cpu_x, cpu_w), CopyToDevice(target, Device::Cpu()));
+    ASSERT_TRUE(autograd::Backward(cpu_loss).ok());
+    const double tol = dtype == DType::kFloat32 ? 1e-5 : 2e-2;
+    EXPECT_NEAR(loss.item(), cpu_loss.item(), tol * cpu_loss.item());
+    EXPECT_LE(RelativeError(ConvertTo(CopyToDevice(w.grad(), Device::Cpu()), DType::kFloat32),
+                            cpu_w.grad()),
+              tol);
+  }
+}
+
+// Rows further apart than a padded head's (here every other row of one) are copied for the
+// loss, so that its gradient is as compact as the rows it has.
+TEST_F(HostBackendTest, TheLossCopiesLogitsWhoseRowsLieFarApart) {
+  Generator gen(4);
+  Tensor w = CopyToDevice(Randn({1029, 16}, {}, &gen), kCuda).set_requires_grad(true);
+  const Tensor x = CopyToDevice(Randn({4, 2, 16}, {}, &gen), kCuda);
+  const Tensor target = CopyToDevice(FromVector<int64_t>({0, 1028, 7, 500}), kCuda);
+  const Tensor logits = ops::Select(ops::Linear(x, w), 1, 1);  // rows 2 x 1032 apart
+  const int64_t copies = backend_.launches("Copy");
+  const Tensor loss = ops::CrossEntropy(logits, target);
+  EXPECT_EQ(backend_.launches("Copy") - copies, 2) << "the logits and the count of targets";
+  ASSERT_TRUE(autograd::Backward(loss).ok());
+  const Tensor cpu_w = CopyToDevice(w.detach(), Device::Cpu()).set_requires_grad(true);
+  const Tensor cpu_loss =
+      ops::CrossEntropy(ops::Select(ops::Linear(CopyToDevice(x, Device::Cpu()), cpu_w), 1, 1),
+                        CopyToDevice(target, Device::Cpu()));
+  ASSERT_TRUE(autograd::Backward(cpu_loss).ok());
+  EXPECT_NEAR(loss.item(), cpu_loss.item(), 1e-5 * cpu_loss.item());
+  EXPECT_LE(RelativeError(CopyToDevice(w.grad(), Device::Cpu()), cpu_w.grad()), 1e-5);
 }
 
 // ---- Device memory ----

@@ -63,6 +63,21 @@ void AddMatmul(std::vector<OpCase>* v) {
   v->push_back(
       ForwardBackward("linear_on_a_strided_input", true, {{7, 26}, {5, 13}, {5}},
                       [](In x) { return ops::Linear(ops::Slice(x[0], 1, 0, 26, 2), x[1], x[2]); }));
+  // No input features: the output is the bias.
+  v->push_back(ForwardBackward("linear_without_input_features", true, {{3, 0}, {5, 0}, {5}},
+                               [](In x) { return ops::Linear(x[0], x[1], x[2]); }));
+  // A wide head of a width off 16 bytes: on CUDA its output rows are padded (Note [Padded
+  // rows]) and cross-entropy and the backward read them where they lie.
+  v->push_back({"linear_wide_head_cross_entropy", true, false, [](CaseBuilder& b) {
+                  Tensor x = b.Input({2, 3, 24}), w = b.Input({1029, 24}), bias = b.Input({1029});
+                  Tensor logits = ops::Linear(x, w, bias);
+                  Tensor target = b.Targets({6}, 1029, -100);
+                  Tensor loss = ops::CrossEntropy(ops::Reshape(logits, {6, 1029}), target);
+                  b.Output("logits", logits);
+                  b.Output("loss", loss);
+                  b.Backward(loss);
+                  b.RecordGrads();
+                }});
 }
 
 void AddConvPool(std::vector<OpCase>* v) {
