@@ -127,11 +127,11 @@ TEST_F(CudaParityTest, AnOutOfRangeTokenIdIsReportedAtTheNextWait) {
 
 // Three AdamW steps: the losses within TF32's tolerance; the parameters, which Adam's
 // normalisation moves by lr-sized steps for small gradients, within 1e-2 of their scale.
-void ExpectGptTrainsAsOnTheCpu(double dropout) {
+void ExpectGptTrainsAsOnTheCpu(double dropout, int64_t vocab = 11) {
   const uint64_t seed = 4242;
   SCOPED_TRACE(::testing::Message() << "seed " << seed << ", dropout " << dropout);
-  CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed);
-  CaseResult got = TrainTinyGpt(kCuda, dropout, 3, seed);
+  CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed, vocab);
+  CaseResult got = TrainTinyGpt(kCuda, dropout, 3, seed, vocab);
   ASSERT_EQ(got.size(), want.size());
   const CaseResult got_losses(got.begin(), got.begin() + 3),
       want_losses(want.begin(), want.begin() + 3);
@@ -143,6 +143,10 @@ TEST_F(CudaParityTest, TinyGptTrainingStepsMatchTheCpu) { ExpectGptTrainsAsOnThe
 
 TEST_F(CudaParityTest, TinyGptWithDropoutTrainingStepsMatchTheCpu) {
   ExpectGptTrainsAsOnTheCpu(0.1);
+}
+
+TEST_F(CudaParityTest, TinyGptWithAPaddedHeadTrainingStepsMatchTheCpu) {
+  ExpectGptTrainsAsOnTheCpu(0, 1029);
 }
 
 }  // namespace

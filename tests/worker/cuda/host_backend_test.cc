@@ -512,11 +512,11 @@ TEST(HostBackendMemoryTest, OutOfDeviceMemoryIsResourceExhaustedNamingTheSizes) 
 
 // ---- A whole model ----
 
-void ExpectGptTrainsAsOnTheCpu(double dropout) {
+void ExpectGptTrainsAsOnTheCpu(double dropout, int64_t vocab = 11) {
   const uint64_t seed = 4242;
   SCOPED_TRACE(::testing::Message() << "seed " << seed << ", dropout " << dropout);
-  CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed);
-  CaseResult got = TrainTinyGpt(kCuda, dropout, 3, seed);
+  CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed, vocab);
+  CaseResult got = TrainTinyGpt(kCuda, dropout, 3, seed, vocab);
   EXPECT_EQ(CompareResults(got, want, 1e-5), "");
   EXPECT_LT(got[2].second.item(), got[0].second.item()) << "the loss must fall";
 }
@@ -527,6 +527,10 @@ TEST_F(HostBackendTest, TinyGptTrainsThreeAdamWStepsOnCudaAsOnTheCpu) {
 
 TEST_F(HostBackendTest, TinyGptWithDropoutTrainsOnCudaAsOnTheCpu) {
   ExpectGptTrainsAsOnTheCpu(0.1);
+}
+
+TEST_F(HostBackendTest, TinyGptWithAPaddedHeadTrainsOnCudaAsOnTheCpu) {
+  ExpectGptTrainsAsOnTheCpu(0, 1029);
 }
 
 }  // namespace

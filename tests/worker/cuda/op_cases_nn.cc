@@ -268,9 +268,9 @@ void AddNnCases(std::vector<OpCase>* cases) {
 
 }  // namespace internal
 
-CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed) {
+CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed, int64_t vocab) {
   Generator gen(seed);  // weights and dropout; outlives the model
-  auto model = std::make_shared<nn::Gpt>(nn::GptConfig{11, 8, 2, 2, 16, dropout, true}, &gen);
+  auto model = std::make_shared<nn::Gpt>(nn::GptConfig{vocab, 8, 2, 2, 16, dropout, true}, &gen);
   const Status moved = model->To(device);
   TY_CHECK(moved.ok()) << moved.message();
   // eps 1e-4, not 1e-8: gradients that are zero up to rounding (the key bias's; softmax ignores
@@ -281,14 +281,14 @@ CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed)
   auto opt = optim::AdamW::Create(model->NamedParameters(), o);
   TY_CHECK(opt.ok()) << opt.status().message();
   Generator data(seed + 1);
-  Tensor x = RandInt({3, 8}, 0, 11, Options(DType::kInt64), &data);
-  Tensor y = RandInt({3, 8}, 0, 11, Options(DType::kInt64), &data);
+  Tensor x = RandInt({3, 8}, 0, vocab, Options(DType::kInt64), &data);
+  Tensor y = RandInt({3, 8}, 0, vocab, Options(DType::kInt64), &data);
   if (device.is_cuda()) x = CopyToDevice(x, device), y = CopyToDevice(y, device);
   CaseResult result;
   for (int step = 0; step < steps; ++step) {
     (*opt)->ZeroGrad();
     Tensor logits = model->Forward(x);
-    Tensor loss = ops::CrossEntropy(ops::Reshape(logits, {-1, 11}), ops::Reshape(y, {-1}));
+    Tensor loss = ops::CrossEntropy(ops::Reshape(logits, {-1, vocab}), ops::Reshape(y, {-1}));
     const Status s = autograd::Backward(loss);
     TY_CHECK(s.ok()) << s.message();
     (*opt)->Step();
