@@ -116,6 +116,32 @@ Tensor EmptyOperandLike(const Tensor& like) {
   return CudaAddressable(t, &outer) ? t : Empty(like.shape(), like.options());
 }
 
+// Whether q, k and v are the three equal slices of one dense array, d elements apart, as a
+// model's q, k and v are of its qkv projection: then their gradients are laid out the same way
+// in one new array, which the projection's split takes back whole (ops::Split) instead of
+// copying each into place. The stacked (3, *q) view with strides (d, *q's) must cover its
+// elements once each.
+bool PackedSlices(const Tensor& q, const Tensor& k, const Tensor& v, int64_t* d) {
+  *d = k.offset() - q.offset();
+  if (q.storage() != k.storage() || q.storage() != v.storage() || q.shape() != k.shape() ||
+      q.shape() != v.shape() || q.strides() != k.strides() || q.strides() != v.strides() ||
+      q.dtype() != k.dtype() || q.dtype() != v.dtype() || *d <= 0 ||
+      v.offset() - k.offset() != *d) {
+    return false;
+  }
+  std::vector<std::pair<int64_t, int64_t>> dims{{*d, 3}};  // (stride, size)
+  for (int64_t i = 0; i < q.dim(); ++i) {
+    if (q.size(i) != 1) dims.emplace_back(q.stride(i), q.size(i));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t dense = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != dense) return false;
+    dense *= size;
+  }
+  return true;
+}
+
 kernels::cuda::AttentionArgs CudaArgs(const Tensor& q, const Tensor& k, bool is_causal,
                                       double scale) {
   kernels::cuda::AttentionArgs a;
@@ -133,7 +159,16 @@ kernels::cuda::AttentionArgs CudaArgs(const Tensor& q, const Tensor& k, bool is_
 GradList CudaAttentionBackward(const Node& n, const Tensor& gout, bool is_causal, double scale) {
   const Tensor &q = n.saved(0), &k = n.saved(1), &v = n.saved(2), &out = n.saved(3);
   const Tensor& lse = n.saved(4);
-  const Tensor gq = EmptyOperandLike(q), gk = EmptyOperandLike(k), gv = EmptyOperandLike(v);
+  Tensor gq, gk, gv;
+  int64_t d = 0;
+  if (PackedSlices(q, k, v, &d)) {
+    const Tensor packed = Empty({3 * q.numel()}, q.options());
+    gq = MakeView(packed, q.shape(), q.strides(), 0);
+    gk = MakeView(packed, q.shape(), q.strides(), d);
+    gv = MakeView(packed, q.shape(), q.strides(), 2 * d);
+  } else {
+    gq = EmptyOperandLike(q), gk = EmptyOperandLike(k), gv = EmptyOperandLike(v);
+  }
   // Saved addressable, so only gout may be copied; each holds what its `at` points into.
   const CudaOperand cq(q), ck(k), cv(v), co(out), cg(gout), cgq(gq), cgk(gk), cgv(gv);
   kernels::cuda::AttentionArgs a = CudaArgs(q, k, is_causal, scale);

@@ -78,9 +78,30 @@ Tensor Stack(const std::vector<Tensor>& tensors, int64_t dim) {
 
 namespace {
 
+// The tensor of `shape` whose slices along dim, split_size apart, are exactly the pieces' g, if
+// they are views of one array laid out so (as the fused attention's gradients of a split qkv
+// projection are): nothing to copy. Else undefined.
+Tensor PiecesAsOne(const GradList& g, const Shape& shape, int64_t split_size, int64_t dim) {
+  const Tensor& first = g[0];
+  if (!first.defined()) return Tensor();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Tensor& t = g[i];
+    const int64_t start = static_cast<int64_t>(i) * split_size;
+    Shape piece = shape;
+    piece[dim] = std::min(split_size, shape[dim] - start);
+    if (!t.defined() || t.storage() != first.storage() || t.dtype() != first.dtype() ||
+        t.shape() != piece || t.strides() != first.strides() ||
+        t.offset() != first.offset() + start * first.stride(dim)) {
+      return Tensor();
+    }
+  }
+  return MakeView(first, shape, first.strides(), first.offset());
+}
+
 // One node for all the pieces (PyTorch's SplitBackward0): backward writes each piece's
 // gradient into its slice of one gx (zeros where a piece got none), instead of one full-size
-// zero-padded gradient per piece that the engine would then add up.
+// zero-padded gradient per piece that the engine would then add up; or, where the gradients
+// already lie so in one array (PiecesAsOne), hands that on.
 void RecordSplit(const Tensor& x, const std::vector<Tensor>& pieces, int64_t split_size,
                  int64_t dim) {
   auto node = Record(
@@ -90,6 +111,9 @@ void RecordSplit(const Tensor& x, const std::vector<Tensor>& pieces, int64_t spl
         for (const Tensor& t : g)
           if (t.defined() && any == nullptr) any = &t;
         if (any == nullptr) return GradList{Tensor()};
+        if (Tensor whole = PiecesAsOne(g, shape, split_size, dim); whole.defined()) {
+          return GradList{whole};
+        }
         Tensor gx = Empty(shape, any->options());
         for (size_t i = 0; i < g.size(); ++i) {
           const int64_t start = static_cast<int64_t>(i) * split_size;

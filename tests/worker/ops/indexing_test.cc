@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/testing/gradcheck.h"
+#include "worker/ops/elementwise.h"
 #include "worker/ops/views.h"
 
 namespace trainyard::ops {
@@ -28,6 +29,13 @@ TEST(IndexingGradTest, CatStackAndSplit) {
         return Cat({parts[2], parts[0]}, 1);
       },
       {b});
+  // Cat's backward hands the pieces views lying as one array, in order: Split takes it whole.
+  EXPECT_GRADCHECK(
+      [](auto& in) {
+        auto parts = Split(Mul(in[0], in[0]), 2, 1);
+        return Mul(Cat({parts[0], parts[1], parts[2]}, 1), Transpose(in[1], 0, 1));
+      },
+      {b, RandLeaf({5, 2}, &gen)});
 }
 
 TEST(IndexingGradTest, GatherScatterIndexSelectMaskedFillEmbedding) {
