@@ -88,32 +88,13 @@ bool MixedOnDevice(const Tensor& a, const Tensor& b) {
          a.dtype() != b.dtype() && low_or_f32(a.dtype()) && low_or_f32(b.dtype());
 }
 
-// a + alpha * b in f32 from inputs of two types, as Add through an f32 copy of the narrower
+// a + alpha * b in f32 from inputs of two types, as an add through an f32 copy of the narrower
 // computes it, bit for bit, without the copy (a residual stream's add of a bf16 branch under
-// autocast); each gradient is rounded to its input's type, as the copy's backward rounds it.
-Tensor MixedAdd(const Tensor& a, const Tensor& b, double alpha) {
+// autocast).
+Tensor MixedAddForward(const Tensor& a, const Tensor& b, double alpha) {
   const Shape shape = BroadcastShapes(a.shape(), b.shape(), "add");
   Tensor out = Empty(shape, a.options().set_dtype(DType::kFloat32));
   device::BinaryMixed(kc::BinaryOp::kAdd, IterFor(shape, {&out, &a, &b}), out, a, b, alpha);
-  if (ShouldRecord({&a, &b})) {
-    auto node = Record("AddBackward0", {&a, &b},
-                       [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype(), alpha](
-                           Node& n, GradList&& g) {
-                         // The f32 side's gradient goes as it is (ConvertTo would copy a
-                         // strided one).
-                         auto as = [](const Tensor& t, DType d) {
-                           return t.dtype() == d ? t : ConvertTo(t, d);
-                         };
-                         GradList r(2);
-                         if (NeedsGrad(n, 0)) r[0] = as(SumToShape(g[0], sa), da);
-                         if (NeedsGrad(n, 1)) {
-                           const Tensor gb = alpha == 1 ? g[0] : MulScalar(g[0], alpha);
-                           r[1] = as(SumToShape(gb, sb), db);
-                         }
-                         return r;
-                       });
-    SetHistory(out, node);
-  }
   return out;
 }
 
@@ -130,17 +111,26 @@ Tensor UnaryOp(int op, const Tensor& x, double alpha, double beta, const char* n
 }  // namespace internal
 
 Tensor Add(const Tensor& a0, const Tensor& b0, double alpha) {
-  if (MixedOnDevice(a0, b0)) return MixedAdd(a0, b0, alpha);
-  const Tensor a = PromoteTo(a0, b0);
-  const Tensor b = PromoteTo(b0, a0);
-  Tensor out = BinaryForward(kc::BinaryOp::kAdd, a, b, alpha, "add");
+  // Inputs of two types the device reads as they are (MixedOnDevice) are not promoted first:
+  // their gradients are rounded to their own types here, as a promoting copy's backward would.
+  const bool mixed = MixedOnDevice(a0, b0);
+  const Tensor a = mixed ? a0 : PromoteTo(a0, b0);
+  const Tensor b = mixed ? b0 : PromoteTo(b0, a0);
+  Tensor out =
+      mixed ? MixedAddForward(a, b, alpha) : BinaryForward(kc::BinaryOp::kAdd, a, b, alpha, "add");
   if (ShouldRecord({&a, &b})) {
     auto node = Record("AddBackward0", {&a, &b},
-                       [sa = a.shape(), sb = b.shape(), alpha](Node& n, GradList&& g) {
+                       [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype(), alpha](
+                           Node& n, GradList&& g) {
+                         auto as = [](const Tensor& t, DType d) {
+                           return t.dtype() == d ? t : ConvertTo(t, d);
+                         };
                          GradList r(2);
-                         if (NeedsGrad(n, 0)) r[0] = SumToShape(g[0], sa);
-                         if (NeedsGrad(n, 1))
-                           r[1] = SumToShape(alpha == 1 ? g[0] : MulScalar(g[0], alpha), sb);
+                         if (NeedsGrad(n, 0)) r[0] = as(SumToShape(g[0], sa), da);
+                         if (NeedsGrad(n, 1)) {
+                           const Tensor gb = alpha == 1 ? g[0] : MulScalar(g[0], alpha);
+                           r[1] = as(SumToShape(gb, sb), db);
+                         }
                          return r;
                        });
     SetHistory(out, node);
