@@ -1,0 +1,175 @@
+// CUDA on the host, for tests where no GPU exists: the kernel files of libtrainyard_cuda.so
+// (kernels/cuda/*.cu), rewritten by translate.py for the host compiler, run their launches here.
+// Each block runs alone; each of its threads is a fiber, which runs until it reaches a barrier
+// (__syncthreads, __syncwarp, a shuffle or vote) or returns. A barrier lets its threads go on
+// once every live thread it waits for has arrived, and a pass over the ready fibers goes in the
+// opposite order after each, so a thread that reads what another has not yet written, for want
+// of a barrier, reads it stale in one order or the other. A barrier that can never complete (a
+// __syncthreads some threads skip) aborts naming the kernel and the block.
+//
+// What is modelled: the thread hierarchy and its builtins, static and dynamic shared memory,
+// __syncthreads, __syncwarp, shuffles and __any_sync, atomics (trivially, one fiber at a time),
+// WMMA fragments (nvcuda::wmma, include/mma.h: every lane holds the whole tile, and a store
+// writes only a 32nd of it per lane, so a read of another lane's store without __syncwarp reads
+// stale data), cp.async (include/cuda_pipeline.h: the copy happens at once), the launch limits
+// of a compute capability 9.0 device (threads per block, grid dimensions, 227 KiB of shared
+// memory), and dynamic shared memory filled with NaN bytes at each launch. Not modelled: other
+// streams' concurrency, memory models weaker than sequential, and timing.
+//
+// Force-included (-include) ahead of every translated file, and by include/cuda_runtime.h.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <vector_types.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+// The execution-space keywords mean nothing on the host; shared memory is static storage, which
+// the blocks of a launch, run one at a time, take in turn.
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __shared__
+#undef __launch_bounds__
+#undef __grid_constant__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __grid_constant__
+
+// The running fiber's coordinates (set by the scheduler before it resumes a fiber).
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+
+namespace ty_emu {
+
+struct LaunchConfig {
+  dim3 grid, block;
+  size_t shared_bytes = 0;
+};
+inline LaunchConfig Config(dim3 grid, dim3 block, size_t shared_bytes = 0, cudaStream_t = nullptr) {
+  return {grid, block, shared_bytes};
+}
+
+// Runs body once per thread of every block of the launch, on this OS thread, before returning
+// (so a stream's kernels run in order). Aborts on a configuration a device would refuse.
+void Run(const char* kernel, const LaunchConfig& config, const std::function<void()>& body);
+template <typename Body>
+void Launch(const char* kernel, const LaunchConfig& config, Body body) {
+  Run(kernel, config, std::function<void()>(body));
+}
+
+void* DynamicShared();  // the running block's dynamic shared memory
+void SyncThreads();
+void SyncWarp(unsigned mask);
+// The warp's exchange: this lane offers n bytes (n <= 16) of value and receives every lane's
+// offer in all (32 * n bytes), once the lanes of mask have all offered theirs.
+void Gather(unsigned mask, const void* value, size_t n, void* all);
+int Lane();
+
+template <typename T>
+T Shuffle(unsigned mask, T v, int src) {
+  static_assert(sizeof(T) <= 16 && std::is_trivially_copyable_v<T>, "shuffle of a small value");
+  T all[32];
+  Gather(mask, &v, sizeof(T), all);
+  return all[src];
+}
+
+template <typename To, typename From>
+To BitCast(From v) {
+  static_assert(sizeof(To) == sizeof(From));
+  To out;
+  std::memcpy(&out, &v, sizeof(To));
+  return out;
+}
+
+}  // namespace ty_emu
+
+inline void __syncthreads() { ty_emu::SyncThreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ty_emu::SyncWarp(mask); }
+inline void __threadfence() {}
+inline void __threadfence_system() {}
+
+// width is 32 throughout the kernels; other widths abort.
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  if (width != 32) std::abort();
+  return ty_emu::Shuffle(mask, v, src & 31);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  if (width != 32) std::abort();
+  return ty_emu::Shuffle(mask, v, (ty_emu::Lane() ^ lane_mask) & 31);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  if (width != 32) std::abort();
+  const int src = ty_emu::Lane() + static_cast<int>(delta);
+  return ty_emu::Shuffle(mask, v, src < 32 ? src : ty_emu::Lane());
+}
+inline int __any_sync(unsigned mask, int predicate) {
+  int all[32];
+  ty_emu::Gather(mask, &predicate, sizeof(int), all);
+  for (int lane = 0; lane < 32; ++lane) {
+    if (((mask >> lane) & 1u) && all[lane] != 0) return 1;
+  }
+  return 0;
+}
+
+// One fiber runs at a time: atomics are plain updates.
+template <typename T>
+T atomicAdd(T* address, T value) {
+  const T old = *address;
+  *address = old + value;
+  return old;
+}
+
+// Rounded arithmetic and conversions: the host's IEEE operations round to nearest.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline float __double2float_rn(double a) { return static_cast<float>(a); }
+inline float __expf(float a) { return std::exp(a); }
+inline float __logf(float a) { return std::log(a); }
+inline float __powf(float a, float b) { return std::pow(a, b); }
+inline float __int_as_float(int a) { return ty_emu::BitCast<float>(a); }
+inline unsigned __float_as_uint(float a) { return ty_emu::BitCast<unsigned>(a); }
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return static_cast<unsigned>((static_cast<uint64_t>(a) * b) >> 32);
+}
+
+// The device's integer and floating min and max overloads.
+#define TY_EMU_MIN_MAX(T)                          \
+  inline T min(T a, T b) { return b < a ? b : a; } \
+  inline T max(T a, T b) { return a < b ? b : a; }
+TY_EMU_MIN_MAX(int)
+TY_EMU_MIN_MAX(unsigned)
+TY_EMU_MIN_MAX(long)
+TY_EMU_MIN_MAX(unsigned long)
+TY_EMU_MIN_MAX(long long)
+TY_EMU_MIN_MAX(unsigned long long)
+#undef TY_EMU_MIN_MAX
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float max(float a, float b) { return std::fmax(a, b); }
+inline double min(double a, double b) { return std::fmin(a, b); }
+inline double max(double a, double b) { return std::fmax(a, b); }

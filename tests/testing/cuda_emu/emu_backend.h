@@ -1,0 +1,17 @@
+// The CUDA backend of libtrainyard_cuda.so with its kernel files (kernels/cuda/*.cu) compiled
+// for the host and run by the CUDA emulation (emu.h), for tests on machines without a GPU: every
+// kernel the library launches runs, thread by thread, against the CPU reference. What the
+// library hands to cuBLASLt and cuDNN (Gemm, the convolutions) and its runtime calls (memory,
+// streams, events) are HostBackend's, over plain host memory; batch norm always takes the
+// library's own kernels, which the real library uses where cuDNN does not take the shape.
+// One emulated device, cuda:0, of compute capability 9.0.
+#pragma once
+
+#include "kernels/cuda/backend.h"
+
+namespace trainyard::testing {
+
+// The process's emulated backend (created on first use).
+kernels::cuda::Backend* EmulatedCudaBackend();
+
+}  // namespace trainyard::testing

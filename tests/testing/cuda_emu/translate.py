@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Rewrites a CUDA source of kernels/cuda for the host compiler (tests/testing/cuda_emu).
+
+Two constructs of CUDA C++ have no host spelling that a header could supply:
+  kernel<<<grid, block, smem, stream>>>(args);
+      -> ::ty_emu::Launch("kernel", ::ty_emu::Config(grid, block, smem, stream),
+                          [&] { kernel(args); });
+  extern __shared__ __align__(16) T name[];
+      -> T* const name = reinterpret_cast<T*>(::ty_emu::DynamicShared());
+Everything else is left as it is, so line numbers in errors and traces stay those of the source.
+
+usage: translate.py IN.cu OUT.cc
+"""
+import re
+import sys
+
+# A launch: the kernel's name (with template arguments, one level of nesting), the
+# configuration and the arguments, up to the statement's end.
+LAUNCH = re.compile(
+    r"(?P<kernel>[A-Za-z_][\w:]*(?:<(?:[^<>;]|<[^<>;]*>)*>)?)\s*<<<(?P<config>.*?)>>>"
+    r"\s*\((?P<args>.*?)\)\s*;",
+    re.S)
+DYNAMIC_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?(?P<type>[\w:]+(?:\s+[\w:]+)*?)"
+    r"\s+(?P<name>\w+)\s*\[\s*\]\s*;")
+
+
+def rewrite_launch(m):
+    kernel = m.group("kernel")
+    return (f'::ty_emu::Launch("{kernel}", ::ty_emu::Config({m.group("config")}), '
+            f'[&] {{ {kernel}({m.group("args")}); }});')
+
+
+def rewrite_shared(m):
+    t = m.group("type")
+    return f"{t}* const {m.group('name')} = reinterpret_cast<{t}*>(::ty_emu::DynamicShared());"
+
+
+def main():
+    src, out = sys.argv[1], sys.argv[2]
+    with open(src) as f:
+        text = f.read()
+    text, launches = LAUNCH.subn(rewrite_launch, text)
+    text, shared = DYNAMIC_SHARED.subn(rewrite_shared, text)
+    if "<<<" in text or "extern __shared__" in text:
+        sys.exit(f"translate.py: {src}: a launch or dynamic shared array was not rewritten")
+    with open(out, "w") as f:
+        f.write(f'#line 1 "{src}"\n' + text)
+
+
+if __name__ == "__main__":
+    main()
