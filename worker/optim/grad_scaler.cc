@@ -9,6 +9,7 @@
 #include "worker/ops/elementwise.h"
 #include "worker/ops/reduction.h"
 #include "worker/optim/validate.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
 
 namespace trainyard::optim {
@@ -18,15 +19,39 @@ constexpr char kOwner[] = "grad_scaler";
 constexpr char kScaleKey[] = "scale";
 constexpr char kGrowthTrackerKey[] = "growth_tracker";
 
-// NaN when some element of some tensor in `grads` is inf or NaN, else 0: x * 0 is 0 for a
-// finite x and NaN otherwise, and a sum of zeros cannot overflow. One scalar is read back.
-bool AnyNonFinite(const std::vector<Tensor>& grads) {
+// Multiplies every tensor of `grads` by inv_scale in place; true when some element of some
+// tensor is inf or NaN. One scalar is read back per device kind:
+// - contiguous f32 gradients on the first CUDA device among them go through the multi-tensor
+//   kernel (Backend::UnscaleCheck, PyTorch's _amp_foreach_non_finite_check_and_unscale_), which
+//   unscales and flags a non-finite value in a device scalar in one pass;
+// - the others are unscaled by an op each and checked by summing x * 0, which is 0 for a finite
+//   x and NaN otherwise (a sum of zeros cannot overflow).
+bool UnscaleAndFindNonFinite(const std::vector<Tensor>& grads, double inv_scale) {
+  std::vector<float*> fused;
+  std::vector<int64_t> sizes;
+  Device device = Device::Cpu();
   Tensor poison;
   for (const Tensor& g : grads) {
+    if (g.device().is_cuda() && g.dtype() == DType::kFloat32 && g.is_contiguous() &&
+        (fused.empty() || g.device() == device)) {
+      device = g.device();
+      fused.push_back(g.data<float>());
+      sizes.push_back(g.numel());
+      continue;
+    }
+    ops::MulScalarInPlace(g, inv_scale);
     Tensor part = ops::Sum(ops::MulScalar(g, 0.0));
     poison = poison.defined() ? ops::Add(poison, part) : part;
   }
-  return poison.defined() && std::isnan(poison.item());
+  bool found = poison.defined() && std::isnan(poison.item());
+  if (!fused.empty()) {
+    const Tensor flag = Zeros({1}, Options(DType::kFloat32).set_device(device));
+    CudaBackend().UnscaleCheck(fused.data(), sizes.data(), static_cast<int>(fused.size()),
+                               static_cast<float>(inv_scale), flag.data<float>(),
+                               ComputeStream(device));
+    found = flag.item() != 0 || found;
+  }
+  return found;
 }
 
 Status Invalid(const std::string& what) {
@@ -71,10 +96,8 @@ bool GradScaler::UnscaleAndCheck(const std::vector<Tensor>& params) {
     Tensor g = p.grad();
     if (g.defined()) grads.push_back(g);
   }
-  // In double: for the usual powers of two, 1 / scale is exact in any dtype.
-  const double inv_scale = 1.0 / scale_;
-  for (const Tensor& g : grads) ops::MulScalarInPlace(g, inv_scale);
-  found_inf_ = AnyNonFinite(grads);
+  // For the usual powers of two, 1 / scale is exact in any dtype.
+  found_inf_ = UnscaleAndFindNonFinite(grads, 1.0 / scale_);
   return *found_inf_;
 }
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -28,6 +29,7 @@
 #include "worker/ops/views.h"
 #include "worker/optim/adam.h"
 #include "worker/optim/clip_grad.h"
+#include "worker/optim/grad_scaler.h"
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/views.h"
 
@@ -369,6 +371,31 @@ TEST_F(HostBackendTest, AdamUpdatesEveryCudaParameterInOneLaunchPerStep) {
   (*opt)->Step();
   EXPECT_EQ(backend_.launches("AdamMulti"), 1);
   EXPECT_NEAR(ToVector<float>(a)[0], 1 - 1e-3, 1e-7);
+}
+
+// As PyTorch's _amp_foreach_non_finite_check_and_unscale_: the f32 gradients of CUDA parameters
+// are unscaled and checked in one launch and one read; others (here bf16) take an op each.
+TEST_F(HostBackendTest, TheLossScalerUnscalesCudaF32GradientsInOneLaunch) {
+  auto opts = Options(DType::kFloat32).set_device(kCuda);
+  Tensor a = Zeros({3}, opts).set_requires_grad(true), b = Zeros({2}, opts).set_requires_grad(true);
+  Tensor c = Zeros({2}, opts.set_dtype(DType::kBFloat16)).set_requires_grad(true);
+  optim::GradScalerOptions o;
+  o.init_scale = 4;
+  auto scaler = optim::GradScaler::Create(o);
+  ASSERT_TRUE(scaler.ok());
+  a.set_grad(CopyToDevice(FromVector<float>({4, 8, -2}), kCuda));
+  b.set_grad(CopyToDevice(FromVector<float>({1, 0}), kCuda));
+  c.set_grad(CopyToDevice(ConvertTo(FromVector<float>({8, 4}), DType::kBFloat16), kCuda));
+  const int64_t reads = backend_.launches("Memcpy.to_host");
+  EXPECT_FALSE((*scaler)->UnscaleAndCheck({a, b, c}));
+  EXPECT_EQ(backend_.launches("UnscaleCheck"), 1);
+  EXPECT_EQ(backend_.launches("Memcpy.to_host"), reads + 2);  // the flag, and the bf16 check
+  EXPECT_EQ(ToVector<float>(a.grad()), std::vector<float>({1, 2, -0.5}));
+  EXPECT_EQ(ToVector<float>(b.grad()), std::vector<float>({0.25, 0}));
+  EXPECT_EQ(ToVector<float>(ConvertTo(c.grad(), DType::kFloat32)), std::vector<float>({2, 1}));
+  (*scaler)->Update(false);
+  b.set_grad(CopyToDevice(FromVector<float>({1, std::numeric_limits<float>::infinity()}), kCuda));
+  EXPECT_TRUE((*scaler)->UnscaleAndCheck({a, b}));
 }
 
 // As torch.nn.utils.clip_grad_norm_: the norm and the clip factor stay on the device, so the

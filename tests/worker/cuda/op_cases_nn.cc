@@ -18,6 +18,7 @@
 #include "worker/ops/views.h"
 #include "worker/optim/adam.h"
 #include "worker/optim/clip_grad.h"
+#include "worker/optim/grad_scaler.h"
 #include "worker/optim/sgd.h"
 #include "worker/tensor/cuda_backend.h"
 
@@ -242,6 +243,26 @@ void AddOptim(std::vector<OpCase>* v) {
                     b.Backward(ops::Add(ops::Sum(ops::Mul(p0, p0)), ops::Sum(ops::Exp(p1))));
                     b.Output("total_norm", optim::ClipGradNorm({p0, p1}, 0.5, norm));
                     b.RecordGrads();
+                  }});
+  }
+  // The loss scaler's unscale and inf check (on CUDA one multi-tensor kernel for f32
+  // gradients, Backend::UnscaleCheck); with overflow, p1's gradient is inf once scaled.
+  for (bool overflow : {false, true}) {
+    v->push_back({overflow ? "grad_scaler_overflow" : "grad_scaler_unscale", false, false,
+                  [overflow](CaseBuilder& b) {
+                    Tensor p0 = b.Input({7, 13}), p1 = b.Input({1000});
+                    optim::GradScalerOptions o;
+                    o.init_scale = 1024;
+                    auto scaler = optim::GradScaler::Create(o);
+                    TY_CHECK(scaler.ok());
+                    Tensor loss = ops::Add(ops::Sum(ops::Mul(p0, p0)), ops::Sum(ops::Exp(p1)));
+                    if (overflow) loss = ops::Add(loss, ops::MulScalar(ops::Sum(p1), 1e38));
+                    const Status s = autograd::Backward((*scaler)->Scale(loss));
+                    TY_CHECK(s.ok()) << s.message();
+                    const bool found_inf = (*scaler)->UnscaleAndCheck({p0, p1});
+                    b.Output("found_inf", Scalar(found_inf ? 1 : 0));
+                    b.Output("grad_p0", p0.grad());
+                    if (!overflow) b.Output("grad_p1", p1.grad());
                   }});
   }
   v->push_back({"batch_norm2d_module_training", false, false, [](CaseBuilder& b) {
