@@ -273,6 +273,21 @@ void AddReductions(std::vector<OpCase>* v) {
   v->push_back(ReduceCase("var_dims_0_2_biased_keepdim", [](auto& x) {
     return ops::Var(x, {0, 2}, 0, true);
   }));
+  // Long reductions split over blocks on CUDA and combine their partials in a second kernel
+  // (kernels/cuda/reduce.cu LaunchReduce): along columns, over all, and with ties to break.
+  v->push_back(
+      UnaryCase("sum_long_columns", -1, 1, [](auto& x) { return ops::Sum(x, {0}); }, {300, 5}));
+  v->push_back(UnaryCase("sum_all_long", -1, 1, [](auto& x) { return ops::Sum(x); }, {9000}));
+  v->push_back({"max_min_long_rows", true, false, [](CaseBuilder& b) {
+                  Tensor x = b.Input({2, 9000});
+                  auto [values, indices] = ops::Max(x, 1);
+                  auto [mins, where] = ops::Min(x, 1);
+                  b.Output("values", values);
+                  b.Output("indices", indices);
+                  b.Output("min_indices", where);
+                  b.Backward(ops::Add(ops::Sum(values), ops::Sum(mins)));
+                  b.RecordGrads();
+                }});
   v->push_back(ReduceCase("max_all", [](auto& x) { return ops::Max(x); }));
   v->push_back(ReduceCase("min_all", [](auto& x) { return ops::Min(x); }));
   v->push_back({"max_min_over_a_dim", true, false, [](CaseBuilder& b) {
@@ -299,6 +314,11 @@ void AddSoftmaxLoss(std::vector<OpCase>* v) {
                 }});
   v->push_back(UnaryCase("log_softmax_last_dim", -3, 3,
                          [](auto& x) { return ops::LogSoftmax(x, -1); }, {7, 129}));
+  // Rows past 1024 take a block each on CUDA (256 threads, and 512 past 8192).
+  v->push_back(UnaryCase("softmax_wide_rows", -3, 3, [](auto& x) { return ops::Softmax(x, -1); },
+                         {3, 1500}));
+  v->push_back(UnaryCase("log_softmax_very_wide_rows", -3, 3,
+                         [](auto& x) { return ops::LogSoftmax(x, -1); }, {2, 9000}));
   v->push_back({"cross_entropy_ignore_index_and_smoothing", true, false, [](CaseBuilder& b) {
                   Tensor logits = b.Input({13, 7}, -3, 3);
                   Tensor target = b.Targets({13}, 7, -100);
@@ -338,6 +358,14 @@ void AddNorm(std::vector<OpCase>* v) {
                   Tensor x = b.Input({7, 13, 33}, -2, 2);
                   Tensor w = b.Input({33}, 0.5, 1.5), bias = b.Input({33});
                   Tensor y = ops::LayerNorm(x, {33}, w, bias);
+                  b.Output("y", y);
+                  b.Backward(y);
+                  b.RecordGrads();
+                }});
+  v->push_back({"layer_norm_wide_rows", true, false, [](CaseBuilder& b) {
+                  Tensor x = b.Input({3, 1100}, -2, 2);
+                  Tensor w = b.Input({1100}, 0.5, 1.5), bias = b.Input({1100});
+                  Tensor y = ops::LayerNorm(x, {1100}, w, bias);
                   b.Output("y", y);
                   b.Backward(y);
                   b.RecordGrads();

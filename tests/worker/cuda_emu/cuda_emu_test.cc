@@ -12,6 +12,7 @@
 
 #include "tests/testing/cuda_emu/emu_backend.h"
 #include "tests/worker/cuda/op_cases.h"
+#include "worker/ops/indexing.h"
 #include "worker/tensor/cuda_backend.h"
 
 namespace trainyard::testing {
@@ -83,6 +84,18 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaEmuOpTest, ::testing::ValuesIn(AllOpParams()),
 
 TEST_F(CudaEmuTest, GemmBiasAndGeluEpiloguesMatchTheCpu) {
   EXPECT_EQ(CompareGemmEpilogues(kCuda), "");
+}
+
+// Note [Deferred index checks]: the check kernel records the rejected id in page-locked memory
+// and the next wait reports it.
+TEST_F(CudaEmuTest, AnOutOfRangeTokenIdIsReportedAtTheNextWait) {
+  EXPECT_DEATH(
+      {
+        const Tensor w = Zeros({5, 2}, Options(DType::kFloat32).set_device(kCuda));
+        const Tensor ids = CopyToDevice(FromVector<int64_t>({1, 9, 2}), kCuda);
+        ToVector<float>(ops::Embedding(w, ids));
+      },
+      "embedding: index 9 is out of range for dim 0 of size 5 \\(on cuda:0");
 }
 
 // Three AdamW steps, as cuda_parity_test.cc's.
