@@ -34,6 +34,8 @@ TY_DATA_PACKAGES=(dataset-fashion-mnist bible-kjv)
 TY_TEST_PACKAGES=(prometheus)
 # python3-venv: the virtual environment of scripts/check-deploy.sh (ty_ensure_deploy_tools).
 TY_TEST_PACKAGES+=(python3-venv)
+# valgrind: the emulated CUDA kernels under memcheck (CudaEmuMemcheck, tests/CMakeLists.txt).
+TY_TEST_PACKAGES+=(valgrind)
 
 # ty_ensure_data: installs the dataset packages and writes data/kjv.txt (the King James Bible
 # as plain text, 4.3 MB) from bible-kjv when it is missing. Run from the repository root.

@@ -52,6 +52,7 @@ struct Block {
   Fiber* current = nullptr;
   ucontext_t scheduler;
   std::vector<unsigned char> shared;  // dynamic shared memory
+  std::vector<void*> fresh;           // static shared variables the block has declared
 };
 
 thread_local Block* t_block = nullptr;
@@ -133,6 +134,7 @@ void RunBlock(Block& b) {
   b.warps.assign((threads + 31) / 32, Warp{});
   b.live = static_cast<int>(threads);
   b.at_block_barrier = 0;
+  b.fresh.clear();
   for (unsigned i = 0; i < threads; ++i) {
     Fiber& f = b.fibers[i];
     f.linear = static_cast<int>(i);
@@ -211,6 +213,15 @@ void* DynamicShared() {
   Block& b = Current();
   const uintptr_t p = reinterpret_cast<uintptr_t>(b.shared.data());
   return reinterpret_cast<void*>((p + 127) & ~uintptr_t{127});
+}
+
+void FreshShared(void* p, size_t n) {
+  Block& b = Current();
+  for (void* seen : b.fresh) {
+    if (seen == p) return;
+  }
+  b.fresh.push_back(p);
+  std::memset(p, 0xff, n);
 }
 
 int Lane() { return Current().current->linear % 32; }

@@ -13,8 +13,10 @@
 // writes only a 32nd of it per lane, so a read of another lane's store without __syncwarp reads
 // stale data), cp.async (include/cuda_pipeline.h: the copy happens at once), the launch limits
 // of a compute capability 9.0 device (threads per block, grid dimensions, 227 KiB of shared
-// memory), and dynamic shared memory filled with NaN bytes at each launch. Not modelled: other
-// streams' concurrency, memory models weaker than sequential, and timing.
+// memory), shared memory (static and dynamic) that reads as NaN bytes until the block writes
+// it, and the alignment of vector accesses (tests/CMakeLists.txt builds the files with UBSan's
+// alignment check; the emulated cp.async checks its own). Not modelled: other streams'
+// concurrency, memory models weaker than sequential, and timing.
 //
 // Force-included (-include) ahead of every translated file, and by include/cuda_runtime.h.
 #pragma once
@@ -73,6 +75,9 @@ void Launch(const char* kernel, const LaunchConfig& config, Body body) {
 }
 
 void* DynamicShared();  // the running block's dynamic shared memory
+// A static __shared__ variable at p of n bytes (translate.py adds the call after each): the
+// first thread of a block to declare it fills it with 0xff bytes, which read as NaN.
+void FreshShared(void* p, size_t n);
 void SyncThreads();
 void SyncWarp(unsigned mask);
 // The warp's exchange: this lane offers n bytes (n <= 16) of value and receives every lane's

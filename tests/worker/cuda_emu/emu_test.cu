@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <mma.h>
 
+#include <cmath>
 #include <vector>
 
 namespace {
@@ -58,6 +59,24 @@ TEST(CudaEmuSelfTest, AReadWithoutTheBarrierReadsStaleSharedMemory) {
     int wrong = 0;
     for (int i = 0; i < 256; ++i) wrong += out[block * 256 + i] != 256.0f * (block + 1);
     EXPECT_GT(wrong, 0) << "block " << block;
+  }
+}
+
+__global__ void ReadShared(float* out) {
+  __shared__ float s[4];
+  if (threadIdx.x == 0) s[0] = 1.0f + blockIdx.x;
+  __syncthreads();
+  out[blockIdx.x * 4 + threadIdx.x] = s[threadIdx.x];
+}
+
+// Each block's static shared memory starts over as NaN bytes, not as what the block before it
+// left there.
+TEST(CudaEmuSelfTest, StaticSharedMemoryReadsAsNaNUntilABlockWritesIt) {
+  std::vector<float> out(8, 0.0f);
+  ReadShared<<<2, 4>>>(out.data());
+  for (int block = 0; block < 2; ++block) {
+    EXPECT_EQ(out[block * 4], 1.0f + block);
+    for (int i = 1; i < 4; ++i) EXPECT_TRUE(std::isnan(out[block * 4 + i])) << block << ", " << i;
   }
 }
 
