@@ -40,35 +40,6 @@ class CudaParityTest : public ::testing::Test {
   }
 };
 
-struct OpParam {
-  std::string name;
-  DType dtype;
-  bool gemm;
-  uint64_t seed;
-};
-
-std::vector<OpParam> AllOpParams() {
-  std::vector<OpParam> params;
-  uint64_t seed = 9001;
-  for (const OpCase& c : OpCases()) {
-    params.push_back({c.name, DType::kFloat32, c.gemm, seed});
-    if (c.half) {
-      params.push_back({c.name, DType::kBFloat16, c.gemm, seed});
-      params.push_back({c.name, DType::kFloat16, c.gemm, seed});
-    }
-    ++seed;
-  }
-  return params;
-}
-
-void PrintTo(const OpParam& p, std::ostream* os) {
-  *os << p.name << " in " << DTypeName(p.dtype) << ", seed " << p.seed;
-}
-
-std::string ParamName(const ::testing::TestParamInfo<OpParam>& info) {
-  return info.param.name + "_" + DTypeName(info.param.dtype);
-}
-
 // Relative tolerances (of an element and of the tensor's largest magnitude): f32 kernels
 // reorder sums (1e-4), TF32 tensor cores keep 10 mantissa bits (2e-3), 16-bit storage rounds
 // every op's output (bf16 8 bits, f16 11).
@@ -96,7 +67,8 @@ TEST_P(CudaParityOpTest, MatchesTheCpuReference) {
   EXPECT_EQ(CompareResults(got, want, Tolerance(p.dtype, p.gemm)), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, CudaParityOpTest, ::testing::ValuesIn(AllOpParams()), ParamName);
+INSTANTIATE_TEST_SUITE_P(Ops, CudaParityOpTest, ::testing::ValuesIn(AllOpParams(9001)),
+                         [](const auto& info) { return OpParamName(info.param); });
 
 TEST_F(CudaParityTest, GemmBiasAndGeluEpiloguesMatchTheCpu) {
   EXPECT_EQ(CompareGemmEpilogues(kCuda), "");
@@ -128,15 +100,8 @@ TEST_F(CudaParityTest, AnOutOfRangeTokenIdIsReportedAtTheNextWait) {
 // Three AdamW steps: the losses within TF32's tolerance; the parameters, which Adam's
 // normalisation moves by lr-sized steps for small gradients, within 1e-2 of their scale.
 void ExpectGptTrainsAsOnTheCpu(double dropout, int64_t vocab = 11) {
-  const uint64_t seed = 4242;
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << ", dropout " << dropout);
-  CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed, vocab);
-  CaseResult got = TrainTinyGpt(kCuda, dropout, 3, seed, vocab);
-  ASSERT_EQ(got.size(), want.size());
-  const CaseResult got_losses(got.begin(), got.begin() + 3),
-      want_losses(want.begin(), want.begin() + 3);
-  EXPECT_EQ(CompareResults(got_losses, want_losses, 2e-3), "");
-  EXPECT_EQ(CompareResults(got, want, 1e-2), "");
+  EXPECT_EQ(CompareTinyGptTraining(kCuda, dropout, vocab, 2e-3, 1e-2), "")
+      << "dropout " << dropout << ", vocabulary " << vocab;
 }
 
 TEST_F(CudaParityTest, TinyGptTrainingStepsMatchTheCpu) { ExpectGptTrainsAsOnTheCpu(0); }

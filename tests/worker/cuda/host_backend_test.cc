@@ -58,34 +58,6 @@ class HostBackendTest : public ::testing::Test {
 
 // ---- Every op case, f32 (near exact) and bf16/f16 (within the dtype's rounding) ----
 
-struct OpParam {
-  std::string name;
-  DType dtype;
-  uint64_t seed;
-};
-
-std::vector<OpParam> AllOpParams() {
-  std::vector<OpParam> params;
-  uint64_t seed = 7001;
-  for (const OpCase& c : OpCases()) {
-    params.push_back({c.name, DType::kFloat32, seed});
-    if (c.half) {
-      params.push_back({c.name, DType::kBFloat16, seed});
-      params.push_back({c.name, DType::kFloat16, seed});
-    }
-    ++seed;
-  }
-  return params;
-}
-
-void PrintTo(const OpParam& p, std::ostream* os) {
-  *os << p.name << " in " << DTypeName(p.dtype) << ", seed " << p.seed;
-}
-
-std::string ParamName(const ::testing::TestParamInfo<OpParam>& info) {
-  return info.param.name + "_" + DTypeName(info.param.dtype);
-}
-
 // Relative tolerances of a HostBackend run against the CPU: the kernels are the CPU's, so f32
 // differs only where the CUDA path orders operations differently (fused bias, composed
 // variance, the attention reference); 16-bit runs round every op's output.
@@ -121,7 +93,8 @@ TEST_P(HostBackendOpTest, MatchesTheCpuReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, HostBackendOpTest, ::testing::ValuesIn(AllOpParams()), ParamName);
+INSTANTIATE_TEST_SUITE_P(Ops, HostBackendOpTest, ::testing::ValuesIn(AllOpParams(7001)),
+                         [](const auto& info) { return OpParamName(info.param); });
 
 // ---- Copies, moves and reads ----
 
@@ -540,12 +513,8 @@ TEST(HostBackendMemoryTest, OutOfDeviceMemoryIsResourceExhaustedNamingTheSizes) 
 // ---- A whole model ----
 
 void ExpectGptTrainsAsOnTheCpu(double dropout, int64_t vocab = 11) {
-  const uint64_t seed = 4242;
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << ", dropout " << dropout);
-  CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed, vocab);
-  CaseResult got = TrainTinyGpt(kCuda, dropout, 3, seed, vocab);
-  EXPECT_EQ(CompareResults(got, want, 1e-5), "");
-  EXPECT_LT(got[2].second.item(), got[0].second.item()) << "the loss must fall";
+  EXPECT_EQ(CompareTinyGptTraining(kCuda, dropout, vocab, 1e-5, 1e-5), "")
+      << "dropout " << dropout << ", vocabulary " << vocab;
 }
 
 TEST_F(HostBackendTest, TinyGptTrainsThreeAdamWStepsOnCudaAsOnTheCpu) {

@@ -112,6 +112,26 @@ const OpCase& FindCase(const std::string& name) {
   return OpCases()[0];
 }
 
+std::vector<OpParam> AllOpParams(uint64_t first_seed) {
+  std::vector<OpParam> params;
+  uint64_t seed = first_seed;
+  for (const OpCase& c : OpCases()) {
+    params.push_back({c.name, DType::kFloat32, c.gemm, seed});
+    if (c.half) {
+      params.push_back({c.name, DType::kBFloat16, c.gemm, seed});
+      params.push_back({c.name, DType::kFloat16, c.gemm, seed});
+    }
+    ++seed;
+  }
+  return params;
+}
+
+void PrintTo(const OpParam& p, std::ostream* os) {
+  *os << p.name << " in " << DTypeName(p.dtype) << ", seed " << p.seed;
+}
+
+std::string OpParamName(const OpParam& p) { return p.name + "_" + DTypeName(p.dtype); }
+
 namespace {
 std::string CompareOne(const std::string& name, const Tensor& got, const Tensor& want,
                        double rtol) {

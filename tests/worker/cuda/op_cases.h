@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,20 @@ struct OpCase {
 const std::vector<OpCase>& OpCases();
 const OpCase& FindCase(const std::string& name);
 
+// A parameter of the op-case test suites: a case, the dtype of its floating inputs, its seed.
+struct OpParam {
+  std::string name;
+  DType dtype;
+  bool gemm;  // the case's OpCase::gemm
+  uint64_t seed;
+};
+
+// Every case in f32 and, where it runs in 16 bits (OpCase::half), in bf16 and f16; the i-th
+// case draws from seed first_seed + i.
+std::vector<OpParam> AllOpParams(uint64_t first_seed);
+void PrintTo(const OpParam& p, std::ostream* os);  // how gtest shows a failing parameter
+std::string OpParamName(const OpParam& p);         // "<case>_<dtype>", a gtest parameter name
+
 // Runs `c` on `device` with `dtype` inputs and `seed`.
 CaseResult RunCase(const OpCase& c, Device device, DType dtype, uint64_t seed);
 
@@ -88,6 +103,12 @@ std::string CompareResults(const CaseResult& got, const CaseResult& want, double
 // vocabulary of 1029 gives it a head whose rows a device pads (ops::Linear, Note [Padded rows]).
 CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed,
                         int64_t vocab = 11);
+
+// TrainTinyGpt's three steps on `device` against the CPU (seed 4242): "" when the losses agree
+// within loss_rtol, the parameters within rtol (CompareResults) and the loss falls; else what
+// differs.
+std::string CompareTinyGptTraining(Device device, double dropout, int64_t vocab, double loss_rtol,
+                                   double rtol);
 
 // The backend's GEMM epilogues (GemmEpilogue: bias; tanh GELU, with and without the
 // pre-activation saved) on `device` against matmul, add and gelu on the CPU, in f32 and bf16,

@@ -289,6 +289,21 @@ void AddNnCases(std::vector<OpCase>* cases) {
 
 }  // namespace internal
 
+std::string CompareTinyGptTraining(Device device, double dropout, int64_t vocab, double loss_rtol,
+                                   double rtol) {
+  const uint64_t seed = 4242;
+  const CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed, vocab);
+  const CaseResult got = TrainTinyGpt(device, dropout, 3, seed, vocab);
+  if (got.size() != want.size()) return "the runs differ in what they return";
+  const CaseResult got_losses(got.begin(), got.begin() + 3),
+      want_losses(want.begin(), want.begin() + 3);
+  std::string diff = CompareResults(got_losses, want_losses, loss_rtol);
+  if (diff.empty()) diff = CompareResults(got, want, rtol);
+  if (diff.empty() && !(got[2].second.item() < got[0].second.item()))
+    diff = "the loss did not fall";
+  return diff;
+}
+
 CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed, int64_t vocab) {
   Generator gen(seed);  // weights and dropout; outlives the model
   auto model = std::make_shared<nn::Gpt>(nn::GptConfig{vocab, 8, 2, 2, 16, dropout, true}, &gen);

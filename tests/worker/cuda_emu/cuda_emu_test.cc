@@ -26,34 +26,6 @@ class CudaEmuTest : public ::testing::Test {
   void TearDown() override { SetCudaBackendForTesting(nullptr); }
 };
 
-struct OpParam {
-  std::string name;
-  DType dtype;
-  uint64_t seed;
-};
-
-std::vector<OpParam> AllOpParams() {
-  std::vector<OpParam> params;
-  uint64_t seed = 5001;
-  for (const OpCase& c : OpCases()) {
-    params.push_back({c.name, DType::kFloat32, seed});
-    if (c.half) {
-      params.push_back({c.name, DType::kBFloat16, seed});
-      params.push_back({c.name, DType::kFloat16, seed});
-    }
-    ++seed;
-  }
-  return params;
-}
-
-void PrintTo(const OpParam& p, std::ostream* os) {
-  *os << p.name << " in " << DTypeName(p.dtype) << ", seed " << p.seed;
-}
-
-std::string ParamName(const ::testing::TestParamInfo<OpParam>& info) {
-  return info.param.name + "_" + DTypeName(info.param.dtype);
-}
-
 // Relative tolerances against the CPU: the kernels order sums differently from the CPU's and
 // use the device's formulas (f32: 1e-4); 16-bit storage rounds every op's output. The products
 // are HostBackend's (no TF32 here), so GEMM cases need no looser bound.
@@ -80,7 +52,8 @@ TEST_P(CudaEmuOpTest, MatchesTheCpuReference) {
   EXPECT_EQ(CompareResults(got, want, Tolerance(p.dtype)), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, CudaEmuOpTest, ::testing::ValuesIn(AllOpParams()), ParamName);
+INSTANTIATE_TEST_SUITE_P(Ops, CudaEmuOpTest, ::testing::ValuesIn(AllOpParams(5001)),
+                         [](const auto& info) { return OpParamName(info.param); });
 
 TEST_F(CudaEmuTest, GemmBiasAndGeluEpiloguesMatchTheCpu) {
   EXPECT_EQ(CompareGemmEpilogues(kCuda), "");
@@ -100,15 +73,8 @@ TEST_F(CudaEmuTest, AnOutOfRangeTokenIdIsReportedAtTheNextWait) {
 
 // Three AdamW steps, as cuda_parity_test.cc's.
 void ExpectGptTrainsAsOnTheCpu(double dropout, int64_t vocab = 11) {
-  const uint64_t seed = 4242;
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << ", dropout " << dropout);
-  CaseResult want = TrainTinyGpt(Device::Cpu(), dropout, 3, seed, vocab);
-  CaseResult got = TrainTinyGpt(kCuda, dropout, 3, seed, vocab);
-  ASSERT_EQ(got.size(), want.size());
-  const CaseResult got_losses(got.begin(), got.begin() + 3),
-      want_losses(want.begin(), want.begin() + 3);
-  EXPECT_EQ(CompareResults(got_losses, want_losses, 1e-4), "");
-  EXPECT_EQ(CompareResults(got, want, 1e-2), "");
+  EXPECT_EQ(CompareTinyGptTraining(kCuda, dropout, vocab, 1e-4, 1e-2), "")
+      << "dropout " << dropout << ", vocabulary " << vocab;
 }
 
 TEST_F(CudaEmuTest, TinyGptTrainingStepsMatchTheCpu) { ExpectGptTrainsAsOnTheCpu(0); }
