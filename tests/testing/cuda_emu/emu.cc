@@ -301,6 +301,10 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) {
   std::memset(ptr, value, count);
   return cudaSuccess;
 }
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) {
   std::free(ptr);
   return cudaSuccess;

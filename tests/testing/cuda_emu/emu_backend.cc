@@ -1,5 +1,6 @@
 // The methods of CudaBackendImpl (kernels/cuda/backend_impl.h) that the real library defines in
-// runtime.cc, blas.cc and dnn.cc, for the emulated build (emu_backend.h).
+// runtime.cc and dnn.cc, for the emulated build (emu_backend.h). blas.cc is the library's own,
+// over cublaslt_emu.cc.
 #include "tests/testing/cuda_emu/emu_backend.h"
 
 #include <cstdlib>
@@ -77,8 +78,6 @@ void CudaBackendImpl::StreamWaitEvent(Stream stream, Event event) {
 }
 bool CudaBackendImpl::EventQuery(Event event) { return Host().EventQuery(event); }
 void CudaBackendImpl::EventSynchronize(Event event) { Host().EventSynchronize(event); }
-
-void CudaBackendImpl::Gemm(const GemmArgs& args, Stream stream) { Host().Gemm(args, stream); }
 
 void CudaBackendImpl::ConvForward(ScalarType type, const ConvDims& d, const void* x, const void* w,
                                   void* y, Stream stream) {
