@@ -1,6 +1,7 @@
 // The methods of CudaBackendImpl (kernels/cuda/backend_impl.h) that the real library defines in
-// runtime.cc and dnn.cc, for the emulated build (emu_backend.h). blas.cc is the library's own,
-// over cublaslt_emu.cc.
+// runtime.cc, for the emulated build (emu_backend.h). blas.cc and dnn.cc are the library's own,
+// over cublaslt_emu.cc and cudnn_emu.cc (where the toolkit has no cudnn.h, the convolutions are
+// HostBackend's and batch norm takes the library's own kernels).
 #include "tests/testing/cuda_emu/emu_backend.h"
 
 #include <cstdlib>
@@ -79,6 +80,7 @@ void CudaBackendImpl::StreamWaitEvent(Stream stream, Event event) {
 bool CudaBackendImpl::EventQuery(Event event) { return Host().EventQuery(event); }
 void CudaBackendImpl::EventSynchronize(Event event) { Host().EventSynchronize(event); }
 
+#ifndef TY_EMU_CUDNN  // no cudnn.h: dnn.cc is not built, and these stand in for it
 void CudaBackendImpl::ConvForward(ScalarType type, const ConvDims& d, const void* x, const void* w,
                                   void* y, Stream stream) {
   Host().ConvForward(type, d, x, w, y, stream);
@@ -107,6 +109,7 @@ void CudaBackendImpl::BatchNormBackward(const float* x, const float* gy, const f
   OwnBatchNormBackward(x, gy, mean, invstd, weight, gx, gweight, gbias, outer, c, inner, training,
                        stream);
 }
+#endif
 
 }  // namespace trainyard::kernels::cuda
 

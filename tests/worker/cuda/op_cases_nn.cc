@@ -91,6 +91,14 @@ void AddConvPool(std::vector<OpCase>* v) {
         return ops::Conv2d(x[0], x[1], Tensor(),
                            ops::Conv2dOptions().set_stride(1, 2).set_dilation(2));
       }));
+  // Every geometry different along h and w, so that a swap of the two shows.
+  v->push_back(ForwardBackward(
+      "conv2d_rect_stride_padding_dilation", true, {{2, 4, 11, 9}, {6, 2, 3, 2}, {6}}, [](In x) {
+        return ops::Conv2d(
+            x[0], x[1], x[2],
+            ops::Conv2dOptions().set_stride(2, 1).set_padding(1, 2).set_dilation(1, 3).set_groups(
+                2));
+      }));
   v->push_back(ForwardBackward("max_pool2d", false, {{2, 3, 9, 11}},
                                [](In x) { return ops::MaxPool2d(x[0], 3, 2, 1); }));
   v->push_back(ForwardBackward("max_pool2d_rect_dilated", false, {{2, 3, 9, 11}},
