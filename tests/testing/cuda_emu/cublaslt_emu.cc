@@ -51,28 +51,16 @@ bool Read(const void* buf, size_t size, T* out) {
 
 size_t Bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
-float Load(cudaDataType_t t, const void* base, int64_t i) {
-  switch (t) {
-    case CUDA_R_32F:
-      return static_cast<const float*>(base)[i];
-    case CUDA_R_16BF:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-    default:
-      return __half2float(static_cast<const __half*>(base)[i]);
-  }
+ty_emu::Storage StorageOf(cudaDataType_t t) {
+  return t == CUDA_R_32F    ? ty_emu::Storage::kF32
+         : t == CUDA_R_16BF ? ty_emu::Storage::kBF16
+                            : ty_emu::Storage::kF16;
 }
-
-void Store(cudaDataType_t t, void* base, int64_t i, float v) {
-  switch (t) {
-    case CUDA_R_32F:
-      static_cast<float*>(base)[i] = v;
-      break;
-    case CUDA_R_16BF:
-      static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
-      break;
-    default:
-      static_cast<__half*>(base)[i] = __float2half_rn(v);
-  }
+float Load(cudaDataType_t t, const void* p, int64_t i) {
+  return ty_emu::LoadElement(StorageOf(t), p, i);
+}
+void Store(cudaDataType_t t, void* p, int64_t i, float v) {
+  ty_emu::StoreElement(StorageOf(t), p, i, v);
 }
 
 bool Aligned(const void* p, int64_t batch, int64_t stride, cudaDataType_t t, uint32_t align) {
@@ -236,20 +224,27 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
                                                     const void* buf, size_t size) {
   Preference& p = *P(pref);
   uint64_t workspace = 0;
+  bool ok = false;
   switch (attr) {
     case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
-      return Read(buf, size, &workspace) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+      ok = Read(buf, size, &workspace);
+      break;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
-      return Read(buf, size, &p.align[0]) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+      ok = Read(buf, size, &p.align[0]);
+      break;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
-      return Read(buf, size, &p.align[1]) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+      ok = Read(buf, size, &p.align[1]);
+      break;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
-      return Read(buf, size, &p.align[2]) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+      ok = Read(buf, size, &p.align[2]);
+      break;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
-      return Read(buf, size, &p.align[3]) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+      ok = Read(buf, size, &p.align[3]);
+      break;
     default:
       return CUBLAS_STATUS_NOT_SUPPORTED;
   }
+  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
 
 // One algorithm, which remembers the alignments it was chosen for (cublasLtMatmul checks them).

@@ -33,28 +33,16 @@ struct cudnnConvolutionStruct {
 
 namespace {
 
-float Load(cudnnDataType_t t, const void* p, int64_t i) {
-  switch (t) {
-    case CUDNN_DATA_FLOAT:
-      return static_cast<const float*>(p)[i];
-    case CUDNN_DATA_BFLOAT16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default:
-      return __half2float(static_cast<const __half*>(p)[i]);
-  }
+ty_emu::Storage StorageOf(cudnnDataType_t t) {
+  return t == CUDNN_DATA_FLOAT      ? ty_emu::Storage::kF32
+         : t == CUDNN_DATA_BFLOAT16 ? ty_emu::Storage::kBF16
+                                    : ty_emu::Storage::kF16;
 }
-
+float Load(cudnnDataType_t t, const void* p, int64_t i) {
+  return ty_emu::LoadElement(StorageOf(t), p, i);
+}
 void Store(cudnnDataType_t t, void* p, int64_t i, float v) {
-  switch (t) {
-    case CUDNN_DATA_FLOAT:
-      static_cast<float*>(p)[i] = v;
-      break;
-    case CUDNN_DATA_BFLOAT16:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-      break;
-    default:
-      static_cast<__half*>(p)[i] = __float2half_rn(v);
-  }
+  ty_emu::StoreElement(StorageOf(t), p, i, v);
 }
 
 bool Supported(cudnnDataType_t t) {

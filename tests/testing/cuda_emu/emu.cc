@@ -171,20 +171,22 @@ void Arrive(Block& b, State state) {
 
 void Run(const char* kernel, const LaunchConfig& config, const std::function<void()>& body) {
   const dim3 g = config.grid, k = config.block;
-  const std::string where =
-      std::string(kernel) + " <<<(" + std::to_string(g.x) + ", " + std::to_string(g.y) + ", " +
-      std::to_string(g.z) + "), (" + std::to_string(k.x) + ", " + std::to_string(k.y) + ", " +
-      std::to_string(k.z) + "), " + std::to_string(config.shared_bytes) + ">>>";
-  if (t_block != nullptr) Fail(where + ": launched from inside a kernel");
+  // The launch as written, for messages only (not built for launches that pass quietly).
+  auto where = [&] {
+    return std::string(kernel) + " <<<(" + std::to_string(g.x) + ", " + std::to_string(g.y) + ", " +
+           std::to_string(g.z) + "), (" + std::to_string(k.x) + ", " + std::to_string(k.y) + ", " +
+           std::to_string(k.z) + "), " + std::to_string(config.shared_bytes) + ">>>";
+  };
+  if (t_block != nullptr) Fail(where() + ": launched from inside a kernel");
   const uint64_t threads = uint64_t{k.x} * k.y * k.z;
-  if (threads == 0 || threads > kMaxThreads || k.z > kMaxBlockZ) Fail(where + ": bad block size");
+  if (threads == 0 || threads > kMaxThreads || k.z > kMaxBlockZ) Fail(where() + ": bad block size");
   if (g.x == 0 || g.y == 0 || g.z == 0 || g.x > 0x7fffffffu || g.y > kMaxGridYZ ||
       g.z > kMaxGridYZ) {
-    Fail(where + ": bad grid size");
+    Fail(where() + ": bad grid size");
   }
-  if (config.shared_bytes > kMaxSharedBytes) Fail(where + ": too much dynamic shared memory");
+  if (config.shared_bytes > kMaxSharedBytes) Fail(where() + ": too much dynamic shared memory");
   static const bool trace = std::getenv("TY_CUDA_EMU_TRACE") != nullptr;
-  if (trace) std::fprintf(stderr, "cuda emulation: %s\n", where.c_str());
+  if (trace) std::fprintf(stderr, "cuda emulation: %s\n", where().c_str());
   Block b;
   b.kernel = kernel;
   b.body = &body;

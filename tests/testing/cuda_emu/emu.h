@@ -18,6 +18,8 @@
 // alignment check; the emulated cp.async checks its own). Not modelled: other streams'
 // concurrency, memory models weaker than sequential, and timing.
 //
+// TY_CUDA_EMU_TRACE set in the environment prints every launch with its configuration.
+//
 // Force-included (-include) ahead of every translated file, and by include/cuda_runtime.h.
 #pragma once
 
@@ -99,6 +101,32 @@ To BitCast(From v) {
   To out;
   std::memcpy(&out, &v, sizeof(To));
   return out;
+}
+
+// Element i of f32, bf16 or f16 storage as f32, and back (rounding to nearest): for the host
+// stand-ins of cuBLASLt and cuDNN, which name the three types by their own enums.
+enum class Storage { kF32, kBF16, kF16 };
+inline float LoadElement(Storage s, const void* p, int64_t i) {
+  switch (s) {
+    case Storage::kF32:
+      return static_cast<const float*>(p)[i];
+    case Storage::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return __half2float(static_cast<const __half*>(p)[i]);
+  }
+}
+inline void StoreElement(Storage s, void* p, int64_t i, float v) {
+  switch (s) {
+    case Storage::kF32:
+      static_cast<float*>(p)[i] = v;
+      break;
+    case Storage::kBF16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+      break;
+    default:
+      static_cast<__half*>(p)[i] = __float2half_rn(v);
+  }
 }
 
 }  // namespace ty_emu

@@ -32,34 +32,17 @@ class HostBackendTrainerTest : public ::testing::Test {
     kernels::cpu::SetNumThreads(2);
     SetCudaBackendForTesting(&backend_);
     text_ = dir_.path() + "/corpus.txt";
-    std::string text;
-    for (int i = 0; i < 40; ++i) text += "In the beginning God created the heaven and the earth. ";
-    testing::WriteRaw(text_, text);
+    testing::WriteGptCorpus(text_);
   }
   void TearDown() override { SetCudaBackendForTesting(nullptr); }
 
   // A tiny GPT with dropout and AdamW, as in the trainer tests.
   spec::JobSpec GptSpec(const std::string& extra, int64_t steps = 6) {
-    return ParseSpec(R"({"model": {"gpt": {"context": 16, "n_layer": 1, "n_head": 2,
-                                            "n_embd": 16, "dropout": 0.1}},
-      "data": {"text": {"path": ")" +
-                     text_ + R"("}},
-      "optimizer": {"adamw": {"lr": 0.01}}, "grad_clip_norm": 1.0, "batch_size": 4,
-      "steps": )" + std::to_string(steps) +
-                     R"(, "seed": 3, "eval": {"max_batches": 2})" + extra + "}");
+    return testing::DeviceGptSpec(text_, extra, steps);
   }
 
   std::vector<StepMetrics> Run(const spec::JobSpec& spec, TrainSummary* summary = nullptr) {
-    std::vector<StepMetrics> steps;
-    TrainerOptions options;
-    options.on_step = [&](const StepMetrics& m) { steps.push_back(m); };
-    StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(spec, options);
-    EXPECT_TRUE(trainer.ok()) << trainer.status();
-    if (!trainer.ok()) return steps;
-    StatusOr<TrainSummary> result = (*trainer)->Run();
-    EXPECT_TRUE(result.ok()) << result.status();
-    if (summary != nullptr && result.ok()) *summary = *result;
-    return steps;
+    return testing::TrainToEnd(spec, summary);
   }
 
   ::trainyard::testing::HostBackend backend_;
