@@ -1,6 +1,6 @@
 // The scheduler of the host CUDA emulation (emu.h): blocks one after another, each thread a
-// fiber (ucontext) on a stack of its own, switched only at barriers. And the runtime API calls
-// the kernel files make, over host memory.
+// fiber (ucontext) on a stack of its own, switched only at barriers; and the device attributes
+// the kernel files ask for (runtime_emu.cc has the rest of the runtime API).
 #include "tests/testing/cuda_emu/emu.h"
 
 #include <sys/mman.h>
@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "tests/testing/cuda_emu/runtime_emu.h"
 
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
@@ -267,19 +269,10 @@ void Gather(unsigned mask, const void* value, size_t n, void* all) {
 
 }  // namespace ty_emu
 
-// ---- The runtime API calls of the kernel files, over host memory ----
+// ---- The device attributes the kernel files ask for (runtime_emu.cc has the rest) ----
 
-cudaError_t cudaGetLastError() { return cudaSuccess; }
-const char* cudaGetErrorString(cudaError_t error) {
-  return error == cudaSuccess ? "no error" : "emulated error";
-}
-cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
-  return cudaSuccess;
-}
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device < 0 || device >= ty_emu::kDevices) return cudaErrorInvalidDevice;
   switch (attr) {
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
       *value = static_cast<int>(ty_emu::kMaxSharedBytes);
@@ -293,22 +286,4 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     default:
       return cudaErrorInvalidValue;
   }
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind,
-                            cudaStream_t) {
-  std::memmove(dst, src, count);
-  return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) {
-  std::memset(ptr, value, count);
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }  // all done already
-cudaError_t cudaFree(void* ptr) {
-  std::free(ptr);
-  return cudaSuccess;
-}
-cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) {
-  std::free(ptr);
-  return cudaSuccess;
 }

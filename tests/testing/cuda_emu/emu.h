@@ -35,8 +35,9 @@
 #include <functional>
 #include <type_traits>
 
-// The execution-space keywords mean nothing on the host; shared memory is static storage, which
-// the blocks of a launch, run one at a time, take in turn.
+// The execution-space keywords mean nothing on the host; shared memory is static storage of the
+// launching thread, which the blocks of a launch, run one at a time, take in turn (and which
+// launches from other host threads, such as the ranks of a test, do not share).
 #undef __global__
 #undef __device__
 #undef __host__
@@ -48,7 +49,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
+#define __shared__ static thread_local
 #define __launch_bounds__(...)
 #define __grid_constant__
 

@@ -9,14 +9,21 @@
 #include "common/check.h"
 #include "kernels/cuda/backend_impl.h"
 #include "kernels/cuda/cuda_check.h"
+#include "tests/testing/cuda_emu/runtime_emu.h"
 #include "tests/testing/host_backend.h"
 
 namespace trainyard::kernels::cuda {
 namespace {
 
 testing::HostBackend& Host() {
-  static auto* host = new testing::HostBackend();
+  static auto* host = new testing::HostBackend({/*device_count=*/ty_emu::kDevices});
   return *host;
+}
+
+Status CheckDevice(int device) {
+  if (device >= 0 && device < ty_emu::kDevices) return OkStatus();
+  return InvalidArgumentError("cuda emulation: cuda:" + std::to_string(device) +
+                              " is not a device; there are " + std::to_string(ty_emu::kDevices));
 }
 
 // Exactly `bytes` (at least 1), 256-byte aligned as cudaMalloc's: a kernel that reads or writes
@@ -34,10 +41,10 @@ void* Allocate(size_t bytes) {
 void* AllocOrDie(const char*, size_t bytes, cudaStream_t) { return Allocate(bytes); }
 void* AllocOrDie(const char*, size_t bytes) { return Allocate(bytes); }
 
-int CudaBackendImpl::DeviceCount() { return 1; }
+int CudaBackendImpl::DeviceCount() { return ty_emu::kDevices; }
 
 Status CudaBackendImpl::Properties(int device, DeviceProperties* out) {
-  if (device != 0) return InvalidArgumentError("cuda emulation: one device, cuda:0");
+  RETURN_IF_ERROR(CheckDevice(device));
   out->name = "CUDA emulated on the host (sm_90)";
   out->major = 9;
   out->minor = 0;
@@ -46,10 +53,14 @@ Status CudaBackendImpl::Properties(int device, DeviceProperties* out) {
   return OkStatus();
 }
 
-Status CudaBackendImpl::SetDevice(int device) { return Host().SetDevice(device); }
+Status CudaBackendImpl::SetDevice(int device) {
+  RETURN_IF_ERROR(CheckDevice(device));
+  cudaSetDevice(device);  // the library's code asks the runtime which device is current
+  return Host().SetDevice(device);
+}
 
 Status CudaBackendImpl::Malloc(int device, size_t nbytes, void** out) {
-  if (device != 0) return InvalidArgumentError("cuda emulation: one device, cuda:0");
+  RETURN_IF_ERROR(CheckDevice(device));
   *out = Allocate(nbytes);
   return OkStatus();
 }

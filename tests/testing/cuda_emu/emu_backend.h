@@ -3,7 +3,7 @@
 // kernel the library launches runs, thread by thread, against the CPU reference, and so do its
 // GEMM and cuDNN code (blas.cc, dnn.cc) over a host cuBLASLt and cuDNN (cublaslt_emu.cc,
 // cudnn_emu.cc). Its runtime calls (memory, streams, events) are HostBackend's, over plain host
-// memory. One emulated device, cuda:0, of compute capability 9.0.
+// memory. The runtime's emulated devices (runtime_emu.h), of compute capability 9.0.
 #pragma once
 
 #include "kernels/cuda/backend.h"

@@ -2,13 +2,21 @@
 // has min(2, GPUs) ranks, threads of this process with one GPU each; on a one-GPU machine the
 // group has one rank, which still runs every collective through NCCL. Every test skips itself,
 // saying so, where no GPU is visible. Values are small integers, exact in every dtype.
+//
+// The same file is nccl_emu_test (TY_NCCL_EMU): nccl_process_group.cc, as it is, over the host
+// NCCL and CUDA runtime of tests/testing/cuda_emu (nccl_emu.cc, runtime_emu.cc), where a group
+// has three ranks, each on an emulated device of its own, and the CUDA tensors are the emulated
+// backend's.
 #include "worker/dist/nccl/nccl_process_group.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "kernels/cuda/backend.h"
@@ -19,8 +27,12 @@
 #include "worker/ops/elementwise.h"
 #include "worker/ops/linalg.h"
 #include "worker/ops/reduction.h"
+#include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/generator.h"
+#ifdef TY_NCCL_EMU
+#include "tests/testing/cuda_emu/emu_backend.h"
+#endif
 
 namespace trainyard::dist {
 namespace {
@@ -55,21 +67,65 @@ std::shared_ptr<Store> NewStore(std::unique_ptr<TcpStoreServer>* server) {
 }
 
 // Runs fn(group) on `world` threads, one rank each, over one store.
-void RunRanks(int world, const std::function<void(NcclProcessGroup&)>& fn) {
+void RunRankGroups(int world, const std::function<void(std::shared_ptr<NcclProcessGroup>)>& fn,
+                   const ProcessGroupOptions& options = FastOptions()) {
   std::unique_ptr<TcpStoreServer> server;
   auto store = NewStore(&server);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto group = NcclProcessGroup::Create(store, r, world, FastOptions());
+      auto group = NcclProcessGroup::Create(store, r, world, options);
       ASSERT_TRUE(group.ok()) << group.status();
-      fn(**group);
+      fn(std::move(*group));
     });
   }
   for (auto& t : threads) t.join();
 }
 
-int World() { return std::min(GpuCount(), 2); }
+void RunRanks(int world, const std::function<void(NcclProcessGroup&)>& fn,
+              const ProcessGroupOptions& options = FastOptions()) {
+  RunRankGroups(
+      world, [&](std::shared_ptr<NcclProcessGroup> g) { fn(*g); }, options);
+}
+
+#ifdef TY_NCCL_EMU
+// Every test runs with the emulated backend (the group records its ready events on its compute
+// stream); the real libtrainyard_cuda.so, over the real runtime, must not load here.
+class EmulatedBackend : public ::testing::Environment {
+ public:
+  void SetUp() override { SetCudaBackendForTesting(::trainyard::testing::EmulatedCudaBackend()); }
+  void TearDown() override { SetCudaBackendForTesting(nullptr); }
+};
+const auto* const kEmulatedBackend = ::testing::AddGlobalTestEnvironment(new EmulatedBackend);
+
+constexpr int kMaxWorld = 3;
+#else
+constexpr int kMaxWorld = 2;
+#endif
+int World() { return std::min(GpuCount(), kMaxWorld); }
+
+// A one-shot signal between rank threads, waited for with a limit.
+class Signal {
+ public:
+  void Set() {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_ = true;
+    cv_.notify_all();
+  }
+  bool Wait(std::chrono::seconds limit) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, limit, [this] { return set_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool set_ = false;
+};
+
+bool Contains(const Status& st, const std::string& text) {
+  return st.message().find(text) != std::string::npos;
+}
 
 // Device memory holding a host tensor's bytes; Download() reads it back as `like`'s dtype.
 class DeviceCopy {
@@ -114,7 +170,8 @@ TEST(NcclProcessGroupTest, AllReduceSumsAveragesAndMaxesEveryDtype) {
         DeviceCopy t(g.device(),
                      Make(dtype, len, [&](int64_t i) { return (g.rank() + 1) * (i % 5 + 1); }));
         auto work = g.AllReduce(t.buffer(), op);
-        ASSERT_TRUE(WaitFor(g, *work).ok()) << work->name();
+        const Status st = WaitFor(g, *work);
+        ASSERT_TRUE(st.ok()) << st;
         EXPECT_EQ(work->bytes(), len * static_cast<int64_t>(ElementSize(dtype)));
         const std::vector<double> got = t.Download();
         for (int64_t i = 0; i < len; ++i) {
@@ -236,8 +293,116 @@ TEST(NcclProcessGroupTest, ACommunicatorThatNeverCompletesIsAbortedAtTheTimeout)
       << group.status();
 }
 
+// Ops queued faster than they run: each completes, in order, with its own result.
+TEST(NcclProcessGroupTest, ManyCollectivesInFlightCompleteInOrder) {
+  SKIP_WITHOUT_GPU();
+  const int n = World();
+  RunRanks(n, [&](NcclProcessGroup& g) {
+    std::vector<std::unique_ptr<DeviceCopy>> buffers;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < 24; ++k) {
+      buffers.push_back(std::make_unique<DeviceCopy>(
+          g.device(), Make(DType::kFloat32, 64 + k, [&](int64_t i) { return k + g.rank() + i; })));
+      works.push_back(g.AllReduce(buffers.back()->buffer()));
+    }
+    ASSERT_TRUE(WaitFor(g, *works.back()).ok()) << works.back()->name();
+    for (int k = 0; k < 24; ++k) {
+      ASSERT_TRUE(works[k]->IsCompleted()) << works[k]->name();
+      EXPECT_EQ(works[k]->name(), "all_reduce #" + std::to_string(k + 1) + " (" +
+                                      std::to_string(64 + k) + " float32)");
+      const std::vector<double> got = buffers[k]->Download();
+      for (int64_t i = 0; i < 64 + k; ++i) {
+        ASSERT_EQ(got[i], n * (k + i) + n * (n - 1) / 2) << works[k]->name() << " at " << i;
+      }
+    }
+  });
+}
+
+// Rank 0's all-reduce that no peer issues: named within the timeout, and the group is broken
+// (ops behind it and later ones are Aborted) without a hang. The peers keep their groups until
+// rank 0 has seen it all.
+TEST(NcclProcessGroupTest, ACollectiveNoPeerIssuesTimesOutAndBreaksTheGroup) {
+  SKIP_WITHOUT_GPU();
+  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible";
+  ProcessGroupOptions o;
+  o.timeout = milliseconds(1000);
+  Signal rank0_done;
+  RunRanks(
+      World(),
+      [&](NcclProcessGroup& g) {
+        if (g.rank() != 0) {
+          EXPECT_TRUE(rank0_done.Wait(std::chrono::seconds(60)));
+          return;
+        }
+        DeviceCopy t(g.device(), Make(DType::kFloat32, 8, [](int64_t i) { return i; }));
+        const auto t0 = Clock::now();
+        auto first = g.AllReduce(t.buffer());
+        auto second = g.AllReduce(t.buffer());
+        const Status hung = first->Wait(std::chrono::seconds(30));
+        EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+        EXPECT_EQ(hung.code(), StatusCode::kDeadlineExceeded) << hung;
+        EXPECT_TRUE(Contains(hung, "all_reduce #1 (8 float32): timed out after 1s")) << hung;
+        const Status behind = second->Wait(std::chrono::seconds(5));
+        EXPECT_EQ(behind.code(), StatusCode::kAborted) << behind;
+        EXPECT_TRUE(Contains(behind, "all_reduce #2")) << behind;
+        const Status later = g.Barrier()->Wait(std::chrono::seconds(5));
+        EXPECT_EQ(later.code(), StatusCode::kAborted) << later;
+        EXPECT_TRUE(Contains(later, "broken")) << later;
+        rank0_done.Set();
+      },
+      o);
+}
+
+// A peer that leaves (destroys its group) while rank 0 waits for it in an all-reduce: rank 0's
+// op fails within the timeout, naming itself, whether NCCL reports the peer gone (Unavailable)
+// or waits (DeadlineExceeded).
+TEST(NcclProcessGroupTest, APeerThatLeavesFailsTheCollectiveWaitingForIt) {
+  SKIP_WITHOUT_GPU();
+  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible";
+  ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(2);
+  RunRanks(
+      World(),
+      [&](NcclProcessGroup& g) {
+        if (g.rank() != 0) return;  // its group is destroyed on return
+        DeviceCopy t(g.device(), Make(DType::kFloat32, 8, [](int64_t i) { return i; }));
+        const auto t0 = Clock::now();
+        const Status st = g.AllReduce(t.buffer())->Wait(std::chrono::seconds(30));
+        EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+        EXPECT_TRUE(st.code() == StatusCode::kUnavailable ||
+                    st.code() == StatusCode::kDeadlineExceeded)
+            << st;
+        EXPECT_TRUE(Contains(st, "all_reduce #1")) << st;
+#ifdef TY_NCCL_EMU
+        EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
+        EXPECT_TRUE(Contains(st, "remote process exited")) << st;
+#endif
+      },
+      o);
+}
+
+#ifdef TY_NCCL_EMU
+// NCCL's asynchronous error (here ncclInvalidUsage, which the host NCCL reports for collectives
+// that differ between ranks) fails the op in flight as InvalidArgument with the hint, and breaks
+// the group.
+TEST(NcclProcessGroupTest, AnAsynchronousNcclErrorFailsTheOpAndBreaksTheGroup) {
+  RunRanks(World(), [&](NcclProcessGroup& g) {
+    DeviceCopy t(g.device(), Make(DType::kFloat32, 10 + g.rank(), [](int64_t i) { return i; }));
+    const Status st = g.AllReduce(t.buffer())->Wait(std::chrono::seconds(30));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_TRUE(Contains(st, "all_reduce #1")) << st;
+    EXPECT_TRUE(Contains(st, "collective #1 differs between ranks")) << st;
+    EXPECT_TRUE(Contains(st, "do all ranks issue the same collectives")) << st;
+    EXPECT_EQ(g.Barrier()->Wait(std::chrono::seconds(5)).code(), StatusCode::kAborted);
+  });
+}
+#endif
+
 TEST(NcclProcessGroupTest, LoadsThroughTheLoaderAndRunsACollective) {
   SKIP_WITHOUT_GPU();
+#ifndef TY_NCCL_LIB
+  GTEST_SKIP() << "this build has no libtrainyard_nccl.so (the host NCCL is linked in)";
+#else
   ::setenv(kNcclLibraryEnv, TY_NCCL_LIB, 1);
   std::unique_ptr<TcpStoreServer> server;
   auto group = LoadNcclProcessGroup(NewStore(&server), 0, 1, FastOptions());
@@ -245,51 +410,90 @@ TEST(NcclProcessGroupTest, LoadsThroughTheLoaderAndRunsACollective) {
   ASSERT_TRUE(group.ok()) << group.status();
   EXPECT_STREQ((*group)->backend(), "nccl");
   EXPECT_TRUE(WaitFor(**group, *(*group)->Barrier()).ok());
+#endif
 }
 
-// The Reducer over NCCL with the engine's CUDA tensors (libtrainyard_cuda.so): its buckets on
-// the GPU, their all-reduces on NCCL's stream after an event on the compute stream. One rank, so
-// the average is the rank's own gradient, computed on the CPU for comparison.
-TEST(NcclProcessGroupTest, ReducerReducesTheGradientsOfCudaParameters) {
+// The Reducer over NCCL with the engine's CUDA tensors: its buckets on the device, their
+// collectives on NCCL's stream after an event on the compute stream. Each rank's input differs;
+// every rank ends with the average of the ranks' gradients, computed on the CPU for comparison:
+// all-reduced, all-reduced in bfloat16 (compression), and reduce-scattered (shard_gradients).
+TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
   SKIP_WITHOUT_GPU();
-#ifndef TY_CUDA_LIB
-  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
-#else
+#if defined(TY_CUDA_LIB)
   ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
-  ::setenv(kNcclLibraryEnv, TY_NCCL_LIB, 1);
-  std::unique_ptr<TcpStoreServer> server;
-  auto group = LoadNcclProcessGroup(NewStore(&server), 0, 1, FastOptions());
-  ASSERT_TRUE(group.ok()) << group.status();
-  Generator gen(11);
-  const Tensor x = Randn({6, 5}, {}, &gen);
-  std::vector<NamedTensor> cpu = {{"w", Randn({7, 5}, {}, &gen)}, {"b", Randn({7}, {}, &gen)}};
+#elif !defined(TY_NCCL_EMU)
+  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
+#endif
+  const int n = World();
   auto loss = [](const Tensor& input, const std::vector<NamedTensor>& p) {
     Tensor y = ops::Tanh(ops::Linear(input, p[0].second, p[1].second));
     return ops::Mean(ops::Mul(y, y));
   };
-  std::vector<NamedTensor> gpu;
-  for (NamedTensor& p : cpu) {
-    gpu.emplace_back(p.first, CopyToDevice(p.second, Device::Cuda(0)).set_requires_grad(true));
-    p.second.set_requires_grad(true);
-  }
-  ASSERT_TRUE(autograd::Backward(loss(x, cpu)).ok());
-  ReducerOptions options;
-  options.first_bucket_bytes = 64;  // two buckets: b's, then w's
-  auto reducer = Reducer::Create(gpu, std::shared_ptr<ProcessGroup>(std::move(*group)), options);
-  ASSERT_TRUE(reducer.ok()) << reducer.status();
-  ASSERT_EQ((*reducer)->buckets().size(), 2u);
-  (*reducer)->Prepare();
-  ASSERT_TRUE(autograd::Backward(loss(CopyToDevice(x, Device::Cuda(0)), gpu)).ok());
-  ASSERT_TRUE((*reducer)->Finish().ok());
-  for (size_t k = 0; k < gpu.size(); ++k) {
-    const std::vector<float> got = ToVector<float>(gpu[k].second.grad());
-    const std::vector<float> want = ToVector<float>(cpu[k].second.grad());
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_NEAR(got[i], want[i], 2e-3 * (1 + std::abs(want[i]))) << gpu[k].first << " " << i;
+  auto input = [](int rank) {
+    Generator gen(100 + rank);
+    return Randn({6, 5}, {}, &gen);
+  };
+  Generator gen(11);
+  const Tensor w = Randn({7, 5}, {}, &gen), b = Randn({7}, {}, &gen);
+  // The CPU reference: the mean over ranks of each rank's gradients.
+  std::vector<std::vector<float>> want(2);
+  for (int r = 0; r < n; ++r) {
+    std::vector<NamedTensor> cpu = {
+        {"w", ConvertTo(w, DType::kFloat32, true).set_requires_grad(true)},
+        {"b", ConvertTo(b, DType::kFloat32, true).set_requires_grad(true)}};
+    ASSERT_TRUE(autograd::Backward(loss(input(r), cpu)).ok());
+    for (size_t k = 0; k < 2; ++k) {
+      const std::vector<float> grad = ToVector<float>(cpu[k].second.grad());
+      want[k].resize(grad.size());
+      for (size_t i = 0; i < grad.size(); ++i) want[k][i] += grad[i] / n;
     }
   }
-#endif
+  for (const char* variant : {"all_reduce", "bfloat16", "shard_gradients"}) {
+    SCOPED_TRACE(variant);
+    const std::string v = variant;
+    const double tol = v == "bfloat16" ? 1e-2 : 2e-3;
+    RunRankGroups(n, [&](std::shared_ptr<NcclProcessGroup> g) {
+      const Device device = Device::Cuda(g->device());
+      std::vector<NamedTensor> params = {{"w", CopyToDevice(w, device).set_requires_grad(true)},
+                                         {"b", CopyToDevice(b, device).set_requires_grad(true)}};
+      ReducerOptions options;
+      options.first_bucket_bytes = 64;  // two buckets: b's, then w's
+      if (v == "bfloat16") options.compression = DType::kBFloat16;
+      options.shard_gradients = v == "shard_gradients";
+      auto reducer = Reducer::Create(params, g, options);
+      ASSERT_TRUE(reducer.ok()) << reducer.status();
+      ASSERT_EQ((*reducer)->buckets().size(), 2u);
+      (*reducer)->Prepare();
+      ASSERT_TRUE(autograd::Backward(loss(CopyToDevice(input(g->rank()), device), params)).ok());
+      ASSERT_TRUE((*reducer)->Finish().ok());
+      auto expect_near = [&](float got, float want, const std::string& where) {
+        EXPECT_NEAR(got, want, tol * (1 + std::abs(want))) << "rank " << g->rank() << " " << where;
+      };
+      if (!options.shard_gradients) {
+        for (size_t k = 0; k < params.size(); ++k) {
+          const std::vector<float> got = ToVector<float>(params[k].second.grad());
+          ASSERT_EQ(got.size(), want[k].size());
+          for (size_t i = 0; i < got.size(); ++i) {
+            expect_near(got[i], want[k][i], params[k].first + " " + std::to_string(i));
+          }
+        }
+        return;
+      }
+      // This rank's chunk of each bucket's padded buffer holds the average there.
+      for (const Bucket& bucket : (*reducer)->buckets()) {
+        std::vector<float> flat(bucket.buffer.numel(), 0.0f);
+        for (size_t j = 0; j < bucket.params.size(); ++j) {
+          const std::vector<float>& p = want[bucket.params[j]];
+          std::copy(p.begin(), p.end(), flat.begin() + bucket.offsets[j]);
+        }
+        const std::vector<float> shard = ToVector<float>(bucket.shard);
+        ASSERT_EQ(shard.size() * n, flat.size());
+        for (size_t i = 0; i < shard.size(); ++i) {
+          expect_near(shard[i], flat[g->rank() * shard.size() + i], "shard " + std::to_string(i));
+        }
+      }
+    });
+  }
 }
 
 }  // namespace
