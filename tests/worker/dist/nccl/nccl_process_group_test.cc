@@ -132,7 +132,7 @@ class DeviceCopy {
  public:
   DeviceCopy(int device, const Tensor& host) : bytes_(host.numel() * ElementSize(host.dtype())) {
     cudaSetDevice(device);
-    TY_CHECK(cudaMalloc(&data_, bytes_ + 1) == cudaSuccess);
+    TY_CHECK(cudaMalloc(&data_, std::max<size_t>(bytes_, 1)) == cudaSuccess);
     TY_CHECK(cudaMemcpy(data_, host.raw_data(), bytes_, cudaMemcpyHostToDevice) == cudaSuccess);
     // A pageable source may return before the transfer lands; the group's stream does not
     // wait for the legacy stream.
