@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "kernels/cuda/backend.h"
+#include "tests/testing/dist.h"
+#include "tests/worker/trainer/trainer_test_util.h"
 #include "worker/autograd/engine.h"
 #include "worker/dist/nccl_loader.h"
 #include "worker/dist/reducer.h"
@@ -30,6 +32,7 @@
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/generator.h"
+#include "worker/trainer/trainer.h"
 #ifdef TY_NCCL_EMU
 #include "tests/testing/cuda_emu/emu_backend.h"
 #endif
@@ -495,6 +498,60 @@ TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
     });
   }
 }
+
+#ifdef TY_HAVE_GLOO  // the CPU reference runs over Gloo, which the lent GPU machines lack
+// The trainer's data parallelism on the device: World() ranks of a tiny GPT (dropout, clipping,
+// AdamW), their gradients averaged through NCCL, report the losses that the same job reports
+// on the CPU through Gloo, and end with equal weights.
+TEST(NcclProcessGroupTest, TheTrainerTrainsDataParallelOnTheDeviceAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible";
+#if defined(TY_CUDA_LIB)
+  ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
+#elif !defined(TY_NCCL_EMU)
+  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
+#endif
+  const int n = World();
+  ::trainyard::testing::TempDir dir;
+  const std::string text = dir.path() + "/corpus.txt";
+  trainer::testing::WriteGptCorpus(text);
+  const std::string world = R"(, "parallelism": {"world_size": )" + std::to_string(n) + "}";
+  auto train = [&](int rank, std::shared_ptr<ProcessGroup> group, const std::string& extra,
+                   std::vector<double>* losses, std::vector<float>* weights) {
+    trainer::TrainerOptions options;
+    options.process_group = std::move(group);
+    options.on_step = [&](const trainer::StepMetrics& m) { losses->push_back(m.loss); };
+    auto t =
+        trainer::Trainer::Create(trainer::testing::DeviceGptSpec(text, world + extra, 4), options);
+    ASSERT_TRUE(t.ok()) << "rank " << rank << ": " << t.status();
+    StatusOr<trainer::TrainSummary> result = (*t)->Run();
+    ASSERT_TRUE(result.ok()) << "rank " << rank << ": " << result.status();
+    *weights = ToVector<float>((*t)->model().NamedParameters().front().second);
+  };
+  std::vector<std::vector<double>> cpu_losses(n), losses(n);
+  std::vector<std::vector<float>> cpu_weights(n), weights(n);
+  ::trainyard::testing::RunRanks(n, [&](int rank, std::shared_ptr<ProcessGroup> gloo) {
+    train(rank, gloo, "", &cpu_losses[rank], &cpu_weights[rank]);
+  });
+  RunRankGroups(n, [&](std::shared_ptr<NcclProcessGroup> g) {
+    train(g->rank(), g, R"(, "device": "cuda")", &losses[g->rank()], &weights[g->rank()]);
+  });
+  ASSERT_EQ(losses[0].size(), 4u);
+  ASSERT_EQ(cpu_losses[0].size(), 4u);
+  for (int r = 1; r < n; ++r) {
+    EXPECT_EQ(losses[r], losses[0]) << "rank " << r;
+    EXPECT_EQ(weights[r], weights[0]) << "rank " << r;
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(losses[0][i], cpu_losses[0][i], 1e-4 * cpu_losses[0][i]) << "step " << i + 1;
+  }
+  ASSERT_EQ(weights[0].size(), cpu_weights[0].size());
+  for (size_t i = 0; i < weights[0].size(); ++i) {
+    ASSERT_NEAR(weights[0][i], cpu_weights[0][i], 1e-3) << i;
+  }
+}
+
+#endif  // TY_HAVE_GLOO
 
 }  // namespace
 }  // namespace trainyard::dist
