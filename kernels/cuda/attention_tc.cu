@@ -469,7 +469,9 @@ __device__ __forceinline__ void AccumulateKeyGrads(const unsigned char* smem, co
   const T* ps = reinterpret_cast<const T*>(smem + L::kP);
   const T* dss = reinterpret_cast<const T*>(smem + L::kDS);
   const int kbk = warp % 4, half = warp / 4;
-#pragma unroll
+  // Not unrolled: each pass has 8 MMAs of its own, and unrolled, f16 with e = 128 spilled on
+  // sm_90 (ptxas -v: 8 bytes). bf16 with e = 128 still spills on sm_80 (52-56 bytes).
+#pragma unroll 1
   for (int j = 0; j < kBwdRows / 16; ++j) {
     FragAT<T> pt, dst;
     wmma::load_matrix_sync(pt, ps + 16 * j * L::kPLd + 16 * kbk, L::kPLd);
