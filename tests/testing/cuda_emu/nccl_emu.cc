@@ -1,6 +1,6 @@
 // NCCL on the host, for tests of NcclProcessGroup where no GPU exists: the calls
 // nccl_process_group.cc makes, with NCCL's documented semantics, between communicators of one
-// process (a test's ranks are its threads, all on the one emulated device).
+// process (a test's ranks are its threads, each on an emulated device of its own).
 //
 // A communicator belongs to the clique of its unique id. Non-blocking initialisation returns
 // ncclInProgress, and the communicator is ready (ncclCommGetAsyncError says ncclSuccess) once
