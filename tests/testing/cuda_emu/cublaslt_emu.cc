@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "tests/testing/cuda_emu/runtime_emu.h"
+
 namespace {
 
 struct Layout {
@@ -270,9 +272,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               cublasLtMatrixLayout_t b_desc, const void* beta_p, const void* C,
                               cublasLtMatrixLayout_t c_desc, void* Dm,
                               cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo,
-                              void*, size_t, cudaStream_t) {
-  const Desc& d = *D(desc);
-  const Layout &a = *L(a_desc), &b = *L(b_desc), &c = *L(c_desc), &out = *L(d_desc);
+                              void*, size_t, cudaStream_t stream) {
+  // Copies: the product runs on the stream after the call returns, as cuBLASLt's does, and the
+  // caller may destroy its descriptors before then.
+  const Desc d = *D(desc);
+  const Layout a = *L(a_desc), b = *L(b_desc), c = *L(c_desc), out = *L(d_desc);
   cublasStatus_t st = Validate(d, a, b, c);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   if (out.rows != c.rows || out.cols != c.cols || out.ld != c.ld || out.type != c.type) {
@@ -292,24 +296,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   float alpha, beta;
   std::memcpy(&alpha, alpha_p, sizeof(float));
   std::memcpy(&beta, beta_p, sizeof(float));
-  for (int64_t item = 0; item < a.batch; ++item) {
-    const int64_t ao = item * a.stride, bo = item * b.stride, co = item * c.stride;
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t i = 0; i < m; ++i) {
-        float acc = 0;
-        for (int64_t p = 0; p < k; ++p) {
-          const int64_t ai = d.trans_a == CUBLAS_OP_N ? i + p * a.ld : p + i * a.ld;
-          const int64_t bi = d.trans_b == CUBLAS_OP_N ? p + j * b.ld : j + p * b.ld;
-          acc += Load(a.type, A, ao + ai) * Load(b.type, B, bo + bi);
+  ty_emu::OnStream(stream, [=] {
+    for (int64_t item = 0; item < a.batch; ++item) {
+      const int64_t ao = item * a.stride, bo = item * b.stride, co = item * c.stride;
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < m; ++i) {
+          float acc = 0;
+          for (int64_t p = 0; p < k; ++p) {
+            const int64_t ai = d.trans_a == CUBLAS_OP_N ? i + p * a.ld : p + i * a.ld;
+            const int64_t bi = d.trans_b == CUBLAS_OP_N ? p + j * b.ld : j + p * b.ld;
+            acc += Load(a.type, A, ao + ai) * Load(b.type, B, bo + bi);
+          }
+          float v = alpha * acc;
+          if (beta != 0) v += beta * Load(c.type, C, co + i + j * c.ld);
+          if (HasBias(d.epilogue)) v += Load(c.type, d.bias, i);
+          if (HasAux(d.epilogue)) Store(c.type, d.aux, i + j * d.aux_ld, v);
+          if (HasGelu(d.epilogue)) v = GeluTanh(v);
+          Store(out.type, Dm, co + i + j * out.ld, v);
         }
-        float v = alpha * acc;
-        if (beta != 0) v += beta * Load(c.type, C, co + i + j * c.ld);
-        if (HasBias(d.epilogue)) v += Load(c.type, d.bias, i);
-        if (HasAux(d.epilogue)) Store(c.type, d.aux, i + j * d.aux_ld, v);
-        if (HasGelu(d.epilogue)) v = GeluTanh(v);
-        Store(out.type, Dm, co + i + j * out.ld, v);
       }
     }
-  }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

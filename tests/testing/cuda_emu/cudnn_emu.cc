@@ -16,9 +16,13 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/testing/cuda_emu/runtime_emu.h"
+
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
-struct cudnnContext {};
+struct cudnnContext {
+  cudaStream_t stream = nullptr;  // cudnnSetStream's: the calls run on it
+};
 struct cudnnTensorStruct {
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   int n = 0, c = 0, h = 0, w = 0;
@@ -91,12 +95,15 @@ void ForEachTerm(const cudnnTensorStruct& x, const cudnnFilterStruct& w,
   }
 }
 
-// out[i] = alpha acc[i] + beta out[i] (out not read when beta is 0).
-void Blend(cudnnDataType_t t, const void* alpha, const std::vector<float>& acc, const void* beta,
-           void* out) {
-  float a, b;
-  std::memcpy(&a, alpha, sizeof(float));
-  std::memcpy(&b, beta, sizeof(float));
+// A scaling factor: a host float, read when the call is made.
+float Scalar(const void* p) {
+  float v;
+  std::memcpy(&v, p, sizeof(float));
+  return v;
+}
+
+// out[i] = a acc[i] + b out[i] (out not read when b is 0).
+void Blend(cudnnDataType_t t, float a, const std::vector<float>& acc, float b, void* out) {
   for (size_t i = 0; i < acc.size(); ++i) {
     const float old = b != 0 ? b * Load(t, out, static_cast<int64_t>(i)) : 0.0f;
     Store(t, out, static_cast<int64_t>(i), a * acc[i] + old);
@@ -112,7 +119,10 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnSetStream(cudnnHandle_t, cudaStream_t) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
+  handle->stream = stream;
+  return CUDNN_STATUS_SUCCESS;
+}
 
 const char* cudnnGetErrorString(cudnnStatus_t status) {
   return status == CUDNN_STATUS_SUCCESS ? "success" : "emulated cuDNN error";
@@ -261,22 +271,28 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void* alpha,
+// The calls below check their arguments when made, and compute on the handle's stream, after
+// they return (as cuDNN's kernels run), from copies of their descriptors.
+
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
                                       const cudnnTensorDescriptor_t xd, const void* x,
                                       const cudnnFilterDescriptor_t wd, const void* w,
                                       const cudnnConvolutionDescriptor_t cv,
                                       cudnnConvolutionFwdAlgo_t, void*, size_t, const void* beta,
                                       const cudnnTensorDescriptor_t yd, void* y) {
   if (!Agree(*xd, *wd, *cv, *yd)) return CUDNN_STATUS_BAD_PARAM;
-  std::vector<float> acc(static_cast<size_t>(Count(*yd)), 0.0f);
-  ForEachTerm(*xd, *wd, *cv, *yd, [&](int64_t xi, int64_t wi, int64_t yi) {
-    acc[yi] += Load(xd->type, x, xi) * Load(wd->type, w, wi);
+  ty_emu::OnStream(h->stream, [x, w, y, xs = *xd, ws = *wd, cs = *cv, ys = *yd, a = Scalar(alpha),
+                               b = Scalar(beta)] {
+    std::vector<float> acc(static_cast<size_t>(Count(ys)), 0.0f);
+    ForEachTerm(xs, ws, cs, ys, [&](int64_t xi, int64_t wi, int64_t yi) {
+      acc[yi] += Load(xs.type, x, xi) * Load(ws.type, w, wi);
+    });
+    Blend(ys.type, a, acc, b, y);
   });
-  Blend(yd->type, alpha, acc, beta, y);
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void* alpha,
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
                                            const cudnnFilterDescriptor_t wd, const void* w,
                                            const cudnnTensorDescriptor_t dyd, const void* dy,
                                            const cudnnConvolutionDescriptor_t cv,
@@ -284,15 +300,18 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void* alpha,
                                            const void* beta, const cudnnTensorDescriptor_t dxd,
                                            void* dx) {
   if (!Agree(*dxd, *wd, *cv, *dyd)) return CUDNN_STATUS_BAD_PARAM;
-  std::vector<float> acc(static_cast<size_t>(Count(*dxd)), 0.0f);
-  ForEachTerm(*dxd, *wd, *cv, *dyd, [&](int64_t xi, int64_t wi, int64_t yi) {
-    acc[xi] += Load(dyd->type, dy, yi) * Load(wd->type, w, wi);
+  ty_emu::OnStream(h->stream, [w, dy, dx, ws = *wd, dys = *dyd, cs = *cv, dxs = *dxd,
+                               a = Scalar(alpha), b = Scalar(beta)] {
+    std::vector<float> acc(static_cast<size_t>(Count(dxs)), 0.0f);
+    ForEachTerm(dxs, ws, cs, dys, [&](int64_t xi, int64_t wi, int64_t yi) {
+      acc[xi] += Load(dys.type, dy, yi) * Load(ws.type, w, wi);
+    });
+    Blend(dxs.type, a, acc, b, dx);
   });
-  Blend(dxd->type, alpha, acc, beta, dx);
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
                                              const cudnnTensorDescriptor_t xd, const void* x,
                                              const cudnnTensorDescriptor_t dyd, const void* dy,
                                              const cudnnConvolutionDescriptor_t cv,
@@ -300,11 +319,14 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
                                              const void* beta, const cudnnFilterDescriptor_t dwd,
                                              void* dw) {
   if (!Agree(*xd, *dwd, *cv, *dyd)) return CUDNN_STATUS_BAD_PARAM;
-  std::vector<float> acc(static_cast<size_t>(int64_t{dwd->k} * dwd->c * dwd->r * dwd->s), 0.0f);
-  ForEachTerm(*xd, *dwd, *cv, *dyd, [&](int64_t xi, int64_t wi, int64_t yi) {
-    acc[wi] += Load(dyd->type, dy, yi) * Load(xd->type, x, xi);
+  ty_emu::OnStream(h->stream, [x, dy, dw, xs = *xd, dys = *dyd, cs = *cv, dws = *dwd,
+                               a = Scalar(alpha), b = Scalar(beta)] {
+    std::vector<float> acc(static_cast<size_t>(int64_t{dws.k} * dws.c * dws.r * dws.s), 0.0f);
+    ForEachTerm(xs, dws, cs, dys, [&](int64_t xi, int64_t wi, int64_t yi) {
+      acc[wi] += Load(dys.type, dy, yi) * Load(xs.type, x, xi);
+    });
+    Blend(dws.type, a, acc, b, dw);
   });
-  Blend(dwd->type, alpha, acc, beta, dw);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -336,40 +358,46 @@ bool BatchNormArgsOk(const cudnnTensorStruct& x, const cudnnTensorStruct& channe
 }  // namespace
 
 cudnnStatus_t cudnnBatchNormalizationForwardTraining(
-    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
     const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd, void* y,
     const cudnnTensorDescriptor_t cd, const void* scale, const void* bias, double factor,
     void* running_mean, void* running_var, double eps, void* save_mean, void* save_invstd) {
   if (mode != CUDNN_BATCHNORM_SPATIAL) return CUDNN_STATUS_NOT_SUPPORTED;
   if (!BatchNormArgsOk(*xd, *cd, eps) || Count(*xd) != Count(*yd)) return CUDNN_STATUS_BAD_PARAM;
   if ((running_mean == nullptr) != (running_var == nullptr)) return CUDNN_STATUS_BAD_PARAM;
-  const auto* xs = static_cast<const float*>(x);
-  const int64_t m = Count(*xd) / xd->c;
-  std::vector<float> out(static_cast<size_t>(Count(*xd)));
-  for (int ch = 0; ch < xd->c; ++ch) {
-    double sum = 0, sq = 0;
-    ForChannel(*xd, ch, [&](int64_t i) { sum += xs[i]; });
-    const double mean = sum / m;
-    ForChannel(*xd, ch, [&](int64_t i) { sq += (xs[i] - mean) * (xs[i] - mean); });
-    const double var = sq / m, invstd = 1.0 / std::sqrt(var + eps);
-    const double g = static_cast<const float*>(scale)[ch], b = static_cast<const float*>(bias)[ch];
-    ForChannel(*xd, ch,
-               [&](int64_t i) { out[i] = static_cast<float>((xs[i] - mean) * invstd * g + b); });
-    if (running_mean != nullptr) {
-      float& rm = static_cast<float*>(running_mean)[ch];
-      float& rv = static_cast<float*>(running_var)[ch];
-      const double unbiased = m > 1 ? sq / (m - 1) : var;
-      rm = static_cast<float>((1 - factor) * rm + factor * mean);
-      rv = static_cast<float>((1 - factor) * rv + factor * unbiased);
+  ty_emu::OnStream(h->stream, [=, xs_d = *xd, a = Scalar(alpha), b = Scalar(beta)] {
+    const cudnnTensorStruct* xd = &xs_d;
+    const auto* xs = static_cast<const float*>(x);
+    const int64_t m = Count(*xd) / xd->c;
+    std::vector<float> out(static_cast<size_t>(Count(*xd)));
+    for (int ch = 0; ch < xd->c; ++ch) {
+      double sum = 0, sq = 0;
+      ForChannel(*xd, ch, [&](int64_t i) { sum += xs[i]; });
+      const double mean = sum / m;
+      ForChannel(*xd, ch, [&](int64_t i) { sq += (xs[i] - mean) * (xs[i] - mean); });
+      const double var = sq / m, invstd = 1.0 / std::sqrt(var + eps);
+      const double g = static_cast<const float*>(scale)[ch],
+                   bi = static_cast<const float*>(bias)[ch];
+      ForChannel(*xd, ch,
+                 [&](int64_t i) { out[i] = static_cast<float>((xs[i] - mean) * invstd * g + bi); });
+      if (running_mean != nullptr) {
+        float& rm = static_cast<float*>(running_mean)[ch];
+        float& rv = static_cast<float*>(running_var)[ch];
+        const double unbiased = m > 1 ? sq / (m - 1) : var;
+        rm = static_cast<float>((1 - factor) * rm + factor * mean);
+        rv = static_cast<float>((1 - factor) * rv + factor * unbiased);
+      }
+      if (save_mean != nullptr) static_cast<float*>(save_mean)[ch] = static_cast<float>(mean);
+      if (save_invstd != nullptr) {
+        static_cast<float*>(save_invstd)[ch] = static_cast<float>(invstd);
+      }
     }
-    if (save_mean != nullptr) static_cast<float*>(save_mean)[ch] = static_cast<float>(mean);
-    if (save_invstd != nullptr) static_cast<float*>(save_invstd)[ch] = static_cast<float>(invstd);
-  }
-  Blend(CUDNN_DATA_FLOAT, alpha, out, beta, y);
+    Blend(CUDNN_DATA_FLOAT, a, out, b, y);
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t, cudnnBatchNormMode_t mode,
+cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t h, cudnnBatchNormMode_t mode,
                                               const void* alpha_data, const void* beta_data,
                                               const void* alpha_param, const void* beta_param,
                                               const cudnnTensorDescriptor_t xd, const void* x,
@@ -383,37 +411,41 @@ cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t, cudnnBatchNormMode_
       (saved_mean == nullptr) != (saved_invstd == nullptr)) {
     return CUDNN_STATUS_BAD_PARAM;
   }
-  const auto* xs = static_cast<const float*>(x);
-  const auto* gy = static_cast<const float*>(dy);
-  const int64_t m = Count(*xd) / xd->c;
-  std::vector<float> gx(static_cast<size_t>(Count(*xd))), gscale(xd->c), gbias(xd->c);
-  for (int ch = 0; ch < xd->c; ++ch) {
-    double mean, invstd;
-    if (saved_mean != nullptr) {
-      mean = static_cast<const float*>(saved_mean)[ch];
-      invstd = static_cast<const float*>(saved_invstd)[ch];
-    } else {
-      double sum = 0, sq = 0;
-      ForChannel(*xd, ch, [&](int64_t i) { sum += xs[i]; });
-      mean = sum / m;
-      ForChannel(*xd, ch, [&](int64_t i) { sq += (xs[i] - mean) * (xs[i] - mean); });
-      invstd = 1.0 / std::sqrt(sq / m + eps);
+  ty_emu::OnStream(h->stream, [=, xs_d = *xd, ad = Scalar(alpha_data), bd = Scalar(beta_data),
+                               ap = Scalar(alpha_param), bp = Scalar(beta_param)] {
+    const cudnnTensorStruct* xd = &xs_d;
+    const auto* xs = static_cast<const float*>(x);
+    const auto* gy = static_cast<const float*>(dy);
+    const int64_t m = Count(*xd) / xd->c;
+    std::vector<float> gx(static_cast<size_t>(Count(*xd))), gscale(xd->c), gbias(xd->c);
+    for (int ch = 0; ch < xd->c; ++ch) {
+      double mean, invstd;
+      if (saved_mean != nullptr) {
+        mean = static_cast<const float*>(saved_mean)[ch];
+        invstd = static_cast<const float*>(saved_invstd)[ch];
+      } else {
+        double sum = 0, sq = 0;
+        ForChannel(*xd, ch, [&](int64_t i) { sum += xs[i]; });
+        mean = sum / m;
+        ForChannel(*xd, ch, [&](int64_t i) { sq += (xs[i] - mean) * (xs[i] - mean); });
+        invstd = 1.0 / std::sqrt(sq / m + eps);
+      }
+      double sum_dy = 0, sum_dy_xhat = 0;
+      ForChannel(*xd, ch, [&](int64_t i) {
+        sum_dy += gy[i];
+        sum_dy_xhat += gy[i] * (xs[i] - mean) * invstd;
+      });
+      const double g = static_cast<const float*>(scale)[ch];
+      ForChannel(*xd, ch, [&](int64_t i) {
+        const double xhat = (xs[i] - mean) * invstd;
+        gx[i] = static_cast<float>(g * invstd / m * (m * gy[i] - sum_dy - xhat * sum_dy_xhat));
+      });
+      gscale[ch] = static_cast<float>(sum_dy_xhat);
+      gbias[ch] = static_cast<float>(sum_dy);
     }
-    double sum_dy = 0, sum_dy_xhat = 0;
-    ForChannel(*xd, ch, [&](int64_t i) {
-      sum_dy += gy[i];
-      sum_dy_xhat += gy[i] * (xs[i] - mean) * invstd;
-    });
-    const double g = static_cast<const float*>(scale)[ch];
-    ForChannel(*xd, ch, [&](int64_t i) {
-      const double xhat = (xs[i] - mean) * invstd;
-      gx[i] = static_cast<float>(g * invstd / m * (m * gy[i] - sum_dy - xhat * sum_dy_xhat));
-    });
-    gscale[ch] = static_cast<float>(sum_dy_xhat);
-    gbias[ch] = static_cast<float>(sum_dy);
-  }
-  Blend(CUDNN_DATA_FLOAT, alpha_data, gx, beta_data, dx);
-  Blend(CUDNN_DATA_FLOAT, alpha_param, gscale, beta_param, dscale);
-  Blend(CUDNN_DATA_FLOAT, alpha_param, gbias, beta_param, dbias);
+    Blend(CUDNN_DATA_FLOAT, ad, gx, bd, dx);
+    Blend(CUDNN_DATA_FLOAT, ap, gscale, bp, dscale);
+    Blend(CUDNN_DATA_FLOAT, ap, gbias, bp, dbias);
+  });
   return CUDNN_STATUS_SUCCESS;
 }

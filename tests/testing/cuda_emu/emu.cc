@@ -213,6 +213,10 @@ void Run(const char* kernel, const LaunchConfig& config, const std::function<voi
   t_block = nullptr;
 }
 
+void Launch(const char* kernel, const LaunchConfig& config, std::function<void()> body) {
+  OnStream(config.stream, [=] { Run(kernel, config, body); });
+}
+
 void* DynamicShared() {
   Block& b = Current();
   const uintptr_t p = reinterpret_cast<uintptr_t>(b.shared.data());

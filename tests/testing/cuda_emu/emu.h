@@ -15,8 +15,10 @@
 // of a compute capability 9.0 device (threads per block, grid dimensions, 227 KiB of shared
 // memory), shared memory (static and dynamic) that reads as NaN bytes until the block writes
 // it, and the alignment of vector accesses (tests/CMakeLists.txt builds the files with UBSan's
-// alignment check; the emulated cp.async checks its own). Not modelled: other streams'
-// concurrency, memory models weaker than sequential, and timing.
+// alignment check; the emulated cp.async checks its own). A launch runs on its stream's host
+// thread, in stream order and after the launch returns (runtime_emu.h), so work the host or
+// another stream does not wait for may not have happened yet. Not modelled: concurrent blocks
+// or kernels, memory models weaker than sequential, and timing.
 //
 // TY_CUDA_EMU_TRACE set in the environment prints every launch with its configuration.
 //
@@ -33,7 +35,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 // The execution-space keywords mean nothing on the host; shared memory is static storage of the
 // launching thread, which the blocks of a launch, run one at a time, take in turn (and which
@@ -64,18 +68,19 @@ namespace ty_emu {
 struct LaunchConfig {
   dim3 grid, block;
   size_t shared_bytes = 0;
+  cudaStream_t stream = nullptr;
 };
-inline LaunchConfig Config(dim3 grid, dim3 block, size_t shared_bytes = 0, cudaStream_t = nullptr) {
-  return {grid, block, shared_bytes};
+inline LaunchConfig Config(dim3 grid, dim3 block, size_t shared_bytes = 0,
+                           cudaStream_t stream = nullptr) {
+  return {grid, block, shared_bytes, stream};
 }
 
-// Runs body once per thread of every block of the launch, on this OS thread, before returning
-// (so a stream's kernels run in order). Aborts on a configuration a device would refuse.
+// Runs body once per thread of every block of the launch, on the calling OS thread. Aborts on a
+// configuration a device would refuse.
 void Run(const char* kernel, const LaunchConfig& config, const std::function<void()>& body);
-template <typename Body>
-void Launch(const char* kernel, const LaunchConfig& config, Body body) {
-  Run(kernel, config, std::function<void()>(body));
-}
+// Queues the launch on its stream (runtime_emu.h): it runs in stream order on the stream's
+// thread, after Launch returns; on a synchronous handle (the legacy default stream), before.
+void Launch(const char* kernel, const LaunchConfig& config, std::function<void()> body);
 
 void* DynamicShared();  // the running block's dynamic shared memory
 // A static __shared__ variable at p of n bytes (translate.py adds the call after each): the

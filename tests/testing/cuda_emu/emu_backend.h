@@ -2,8 +2,10 @@
 // for the host and run by the CUDA emulation (emu.h), for tests on machines without a GPU: every
 // kernel the library launches runs, thread by thread, against the CPU reference, and so do its
 // GEMM and cuDNN code (blas.cc, dnn.cc) over a host cuBLASLt and cuDNN (cublaslt_emu.cc,
-// cudnn_emu.cc). Its runtime calls (memory, streams, events) are HostBackend's, over plain host
-// memory. The runtime's emulated devices (runtime_emu.h), of compute capability 9.0.
+// cudnn_emu.cc). Its runtime code (runtime.cc: memory, streams, events) is the library's too,
+// over the emulated runtime (runtime_emu.h): its streams run their kernels, copies and library
+// calls on host threads, in stream order, so a host read the library does not synchronise
+// reads stale data. kDevices devices of compute capability 9.0.
 #pragma once
 
 #include "kernels/cuda/backend.h"

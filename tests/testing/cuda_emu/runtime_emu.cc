@@ -1,10 +1,9 @@
-// The CUDA runtime API over host memory and host threads, for the emulated kernel files
-// (emu.h) and the host NCCL (nccl_emu.cc): ty_emu::kDevices devices (runtime_emu.h); memory is
-// host memory allocated to the byte (so valgrind sees a read past a buffer's end); streams made
-// by cudaStreamCreate* run their work on host threads, and events order and time it
-// (runtime_emu.h says which handles are synchronous). A wait that models the host blocking on the
-// device (cudaStreamSynchronize, cudaEventSynchronize) aborts after kHostWait, naming the call,
-// rather than hang a test.
+// The CUDA runtime API over host memory and host threads, for the library's runtime.cc, the
+// emulated kernel files (emu.h) and the host NCCL (nccl_emu.cc): ty_emu::kDevices devices
+// (runtime_emu.h); memory is host memory allocated to the byte (so valgrind sees a read past a
+// buffer's end); streams made by cudaStreamCreate* run their work on host threads, and events
+// order and time it. A wait that models the host blocking on the device (cudaStreamSynchronize,
+// cudaEventSynchronize) aborts after kHostWait, naming the call, rather than hang a test.
 #include "tests/testing/cuda_emu/runtime_emu.h"
 
 #include <cuda_runtime_api.h>
@@ -16,10 +15,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 using Clock = std::chrono::steady_clock;
 
@@ -35,6 +36,7 @@ struct CUstream_st {
 namespace {
 
 constexpr auto kHostWait = std::chrono::seconds(120);
+constexpr size_t kMemory = size_t{16} << 30;  // what each device says it has
 
 thread_local int t_device = 0;  // the thread's current device
 
@@ -100,10 +102,42 @@ std::shared_ptr<EventState> StateOf(cudaEvent_t event) {
   return *reinterpret_cast<std::shared_ptr<EventState>*>(event);
 }
 
-void* Allocate(size_t bytes) {
+// What cudaMalloc* and cudaHostAlloc handed out, by address, so copies can tell device and
+// page-locked memory from pageable host memory (which CUDA copies synchronously).
+enum class Memory { kPageable, kDevice, kPinned };
+
+std::mutex& MemoryMu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::map<uintptr_t, std::pair<size_t, Memory>>& Blocks() {
+  static auto* blocks = new std::map<uintptr_t, std::pair<size_t, Memory>>;
+  return *blocks;
+}
+
+void* Allocate(size_t bytes, Memory kind) {
   void* p = nullptr;
   if (posix_memalign(&p, 256, bytes == 0 ? 1 : bytes) != 0) return nullptr;
+  std::lock_guard<std::mutex> lock(MemoryMu());
+  Blocks()[reinterpret_cast<uintptr_t>(p)] = {bytes == 0 ? 1 : bytes, kind};
   return p;
+}
+
+void Release(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(MemoryMu());
+    Blocks().erase(reinterpret_cast<uintptr_t>(p));
+  }
+  std::free(p);
+}
+
+Memory KindOf(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(MemoryMu());
+  auto it = Blocks().upper_bound(a);
+  if (it == Blocks().begin()) return Memory::kPageable;
+  --it;
+  return a < it->first + it->second.first ? it->second.second : Memory::kPageable;
 }
 
 }  // namespace
@@ -167,27 +201,77 @@ cudaError_t cudaDeviceSynchronize() {
   return cudaSuccess;
 }
 
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device < 0 || device >= ty_emu::kDevices) return cudaErrorInvalidDevice;
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof(prop->name), "CUDA emulated on the host (sm_90)");
+  prop->major = 9;
+  prop->minor = 0;
+  prop->totalGlobalMem = kMemory;
+  prop->multiProcessorCount = 132;
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  *free_bytes = *total = kMemory;
+  return cudaSuccess;
+}
+
 // ---- Memory ----
 
+// Memory pools: allocations come from the host heap, so there is nothing to keep or trim.
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (device < 0 || device >= ty_emu::kDevices) return cudaErrorInvalidDevice;
+  *pool = nullptr;
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t, size_t) { return cudaSuccess; }
+
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
-  *ptr = Allocate(bytes);
+  *ptr = Allocate(bytes, Memory::kDevice);
   return *ptr != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
+// The memory exists at once; work queued on the stream before it may not use it, as on a device.
+cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t) {
+  return cudaMalloc(ptr, bytes);
+}
+// As CUDA's, it waits for the current device's work (which may still use the memory).
 cudaError_t cudaFree(void* ptr) {
-  std::free(ptr);
+  if (ptr == nullptr) return cudaSuccess;
+  cudaDeviceSynchronize();
+  Release(ptr);
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
+  *ptr = Allocate(bytes, Memory::kPinned);
+  return *ptr != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  cudaDeviceSynchronize();
+  Release(ptr);
   return cudaSuccess;
 }
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
-  ty_emu::OnStream(stream, [ptr] { std::free(ptr); });
+  ty_emu::OnStream(stream, [ptr] { Release(ptr); });
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
   std::memmove(dst, src, count);
   return cudaSuccess;
 }
+// As CUDA's: from pageable host memory, the source is staged before the call returns; to
+// pageable host memory, the call returns once the copy is done; otherwise it is queued.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind,
                             cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (KindOf(src) == Memory::kPageable) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + count);
+    ty_emu::OnStream(stream, [=] { std::memcpy(dst, staged->data(), count); });
+    return cudaSuccess;
+  }
   ty_emu::OnStream(stream, [=] { std::memmove(dst, src, count); });
+  if (KindOf(dst) == Memory::kPageable) return cudaStreamSynchronize(stream);
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {

@@ -1,5 +1,5 @@
-// The host CUDA runtime (runtime_emu.cc): its devices, and its streams for the host NCCL
-// (nccl_emu.cc), which queues its collectives on the caller's stream as NCCL's kernels are.
+// The host CUDA runtime (runtime_emu.cc): its devices, and its streams, on which the emulated
+// kernels (emu.h), cuBLASLt, cuDNN and NCCL (nccl_emu.cc) queue their work.
 //
 // kDevices emulated devices, cuda:0 to cuda:3, all of compute capability 9.0 and all over host
 // memory; the current device is per host thread, as CUDA's is, and cudaDeviceSynchronize waits
@@ -8,8 +8,8 @@
 //
 // A stream made by cudaStreamCreate* runs its work, in order, on a host thread of its own, so
 // its work is asynchronous as on a device: cudaStreamQuery, events and cudaStreamWaitEvent order
-// it. Every other handle (the legacy default stream, the emulated backend's streams, whose
-// kernels run at launch) is synchronous: work on it runs in the caller, before the call returns.
+// it. The legacy default stream (null) is synchronous: work on it runs in the caller, before the
+// call returns.
 #pragma once
 
 #include <cuda_runtime_api.h>

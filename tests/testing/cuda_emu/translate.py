@@ -4,7 +4,10 @@
 Two constructs of CUDA C++ have no host spelling that a header could supply:
   kernel<<<grid, block, smem, stream>>>(args);
       -> ::ty_emu::Launch("kernel", ::ty_emu::Config(grid, block, smem, stream),
-                          [&] { kernel(args); });
+                          [=, a = std::make_tuple(args)]() mutable {
+                            std::apply([=](auto&... v) { kernel(v...); }, a); });
+     (the arguments are evaluated and copied at the launch, as CUDA's are; the kernel runs later,
+     on the stream's thread)
   extern __shared__ __align__(16) T name[];
       -> T* const name = reinterpret_cast<T*>(::ty_emu::DynamicShared());
   __shared__ float a[8][32], b[8][32];
@@ -53,7 +56,8 @@ def rewrite_static_shared(m):
 def rewrite_launch(m):
     kernel = m.group("kernel")
     return (f'::ty_emu::Launch("{kernel}", ::ty_emu::Config({m.group("config")}), '
-            f'[&] {{ {kernel}({m.group("args")}); }});')
+            f'[=, ty_args = ::std::make_tuple({m.group("args")})]() mutable {{ '
+            f'::std::apply([=](auto&... ty_v) {{ {kernel}(ty_v...); }}, ty_args); }});')
 
 
 def rewrite_shared(m):

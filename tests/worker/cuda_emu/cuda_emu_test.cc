@@ -62,6 +62,7 @@ TEST_F(CudaEmuTest, GemmBiasAndGeluEpiloguesMatchTheCpu) {
 // Note [Deferred index checks]: the check kernel records the rejected id in page-locked memory
 // and the next wait reports it.
 TEST_F(CudaEmuTest, AnOutOfRangeTokenIdIsReportedAtTheNextWait) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a forked child lacks the streams' threads
   EXPECT_DEATH(
       {
         const Tensor w = Zeros({5, 2}, Options(DType::kFloat32).set_device(kCuda));

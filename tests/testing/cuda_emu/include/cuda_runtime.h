@@ -14,8 +14,11 @@ cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) {
 template <typename... Params, typename... Args>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(Params...),
                                Args&&... args) {
-  ty_emu::Launch("cudaLaunchKernelEx",
-                 ty_emu::Config(config->gridDim, config->blockDim, config->dynamicSmemBytes),
-                 [&] { kernel(args...); });
+  ty_emu::Launch(
+      "cudaLaunchKernelEx",
+      ty_emu::Config(config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream),
+      [kernel, a = std::make_tuple(std::forward<Args>(args)...)]() mutable {
+        std::apply(kernel, a);
+      });
   return cudaSuccess;
 }
