@@ -14,6 +14,8 @@
 // ncclInProgress and the communicator says so once more before it is ready again.
 //
 // Failures, as a program sees them from NCCL:
+// - two ranks of a communicator on one device (the thread's current one when it joins) fail its
+//   initialisation with ncclInvalidUsage, "Duplicate GPU detected";
 // - ncclCommAbort stops this rank's collectives at once (they write nothing);
 // - a rank that aborted or destroyed its communicator never contributes again, so a peer's
 //   collective that waits for it fails with ncclRemoteError (as when a peer process exits);
@@ -24,6 +26,7 @@
 // ncclCommAbort.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <unistd.h>
 
@@ -98,6 +101,8 @@ struct Clique {
   int nranks = 0;
   int joined_count = 0;
   std::vector<bool> joined;
+  std::vector<int> devices;  // each joined rank's device
+  std::string duplicate;     // set when two ranks share a device, which NCCL refuses
   std::vector<bool> gone;  // aborted or destroyed: never contributes again
   std::map<uint64_t, Round> rounds;
 };
@@ -463,6 +468,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
       c = std::make_shared<Clique>();
       c->nranks = nranks;
       c->joined.assign(nranks, false);
+      c->devices.assign(nranks, -1);
       c->gone.assign(nranks, false);
       entry = c;
     }
@@ -475,7 +481,16 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
       return Fail(ncclInvalidUsage,
                   "ncclCommInitRankConfig: rank " + std::to_string(rank) + " joined twice");
     }
+    int device = 0;
+    cudaGetDevice(&device);
+    for (int r = 0; r < nranks && c->duplicate.empty(); ++r) {
+      if (c->joined[r] && c->devices[r] == device) {
+        c->duplicate = "Duplicate GPU detected : rank " + std::to_string(rank) + " and rank " +
+                       std::to_string(r) + " both on CUDA device " + std::to_string(device);
+      }
+    }
     c->joined[rank] = true;
+    c->devices[rank] = device;
     ++c->joined_count;
     st->clique = c;
     st->rank = rank;
@@ -486,6 +501,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   if (!blocking) return ncclInProgress;
   std::unique_lock<std::mutex> lock(Mu());
   Cv().wait(lock, [&] { return st->clique->joined_count == nranks; });
+  if (!st->clique->duplicate.empty()) return Fail(ncclInvalidUsage, st->clique->duplicate);
   st->connected = true;
   return ncclSuccess;
 }
@@ -496,9 +512,14 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   CommState* s = comm->state.get();
   if (s->error != ncclSuccess) {
     *state = s->error;
+  } else if (!s->connected && s->clique->joined_count < s->clique->nranks) {
+    *state = ncclInProgress;
+  } else if (!s->connected && !s->clique->duplicate.empty()) {
+    *state = s->error = ncclInvalidUsage;
+    s->message = s->clique->duplicate;
   } else if (!s->connected) {
-    s->connected = s->clique->joined_count == s->clique->nranks;
-    *state = s->connected ? ncclSuccess : ncclInProgress;
+    s->connected = true;
+    *state = ncclSuccess;
   } else if (s->connecting) {
     s->connecting = false;
     *state = ncclInProgress;
