@@ -7,7 +7,9 @@
 
 #include "kernels/cuda/backend_impl.h"
 #include "tests/testing/cuda_emu/runtime_emu.h"
+#ifndef TY_EMU_CUDNN
 #include "tests/testing/host_backend.h"
+#endif
 
 namespace trainyard::kernels::cuda {
 #ifndef TY_EMU_CUDNN

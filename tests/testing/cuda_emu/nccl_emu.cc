@@ -100,8 +100,7 @@ struct Round {
 struct Clique {
   int nranks = 0;
   int joined_count = 0;
-  std::vector<bool> joined;
-  std::vector<int> devices;  // each joined rank's device
+  std::vector<int> devices;  // each rank's device once it has joined; -1 before
   std::string duplicate;     // set when two ranks share a device, which NCCL refuses
   std::vector<bool> gone;  // aborted or destroyed: never contributes again
   std::map<uint64_t, Round> rounds;
@@ -271,29 +270,27 @@ void Reduce(ncclDataType_t t, const std::vector<const void*>& src, size_t count,
 }
 
 // Every rank's output of a round whose ranks have all arrived: computed from every input
-// first, then written.
+// first, then written. all_reduce, broadcast and all_gather give every rank the same output.
 void Compute(Round& round) {
   const int n = static_cast<int>(round.parts.size());
   const Part& p = *round.parts[0];
-  const size_t size = TypeSize(p.type), bytes = p.count * size;
+  const size_t bytes = p.count * TypeSize(p.type);
   std::vector<const void*> sends(n);
   for (int r = 0; r < n; ++r) sends[r] = round.parts[r]->send;
-  std::vector<std::vector<char>> out(n);
+  std::vector<std::vector<char>> out(p.kind == Kind::kReduceScatter ? n : 1);
   switch (p.kind) {
     case Kind::kAllReduce:
       out[0].resize(bytes);
       Reduce(p.type, sends, p.count, p.op, out[0].data());
-      for (int r = 1; r < n; ++r) out[r] = out[0];
       break;
     case Kind::kBroadcast: {
       const char* root = static_cast<const char*>(sends[p.root]);
-      for (int r = 0; r < n; ++r) out[r].assign(root, root + bytes);
+      out[0].assign(root, root + bytes);
       break;
     }
     case Kind::kAllGather:
       out[0].resize(bytes * n);
       for (int r = 0; r < n; ++r) std::memcpy(out[0].data() + r * bytes, sends[r], bytes);
-      for (int r = 1; r < n; ++r) out[r] = out[0];
       break;
     case Kind::kReduceScatter:
       for (int r = 0; r < n; ++r) {
@@ -305,7 +302,8 @@ void Compute(Round& round) {
       break;
   }
   for (int r = 0; r < n; ++r) {
-    if (!out[r].empty()) std::memcpy(round.parts[r]->recv, out[r].data(), out[r].size());
+    const std::vector<char>& o = out[out.size() == 1 ? 0 : r];
+    if (!o.empty()) std::memcpy(round.parts[r]->recv, o.data(), o.size());
   }
 }
 
@@ -467,7 +465,6 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
     if (c == nullptr) {
       c = std::make_shared<Clique>();
       c->nranks = nranks;
-      c->joined.assign(nranks, false);
       c->devices.assign(nranks, -1);
       c->gone.assign(nranks, false);
       entry = c;
@@ -477,19 +474,18 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
                                         " says " + std::to_string(nranks) + " ranks, its peers " +
                                         std::to_string(c->nranks));
     }
-    if (c->joined[rank]) {
+    if (c->devices[rank] >= 0) {
       return Fail(ncclInvalidUsage,
                   "ncclCommInitRankConfig: rank " + std::to_string(rank) + " joined twice");
     }
     int device = 0;
     cudaGetDevice(&device);
     for (int r = 0; r < nranks && c->duplicate.empty(); ++r) {
-      if (c->joined[r] && c->devices[r] == device) {
+      if (c->devices[r] == device) {
         c->duplicate = "Duplicate GPU detected : rank " + std::to_string(rank) + " and rank " +
                        std::to_string(r) + " both on CUDA device " + std::to_string(device);
       }
     }
-    c->joined[rank] = true;
     c->devices[rank] = device;
     ++c->joined_count;
     st->clique = c;

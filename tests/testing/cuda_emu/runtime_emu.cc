@@ -102,42 +102,41 @@ std::shared_ptr<EventState> StateOf(cudaEvent_t event) {
   return *reinterpret_cast<std::shared_ptr<EventState>*>(event);
 }
 
-// What cudaMalloc* and cudaHostAlloc handed out, by address, so copies can tell device and
-// page-locked memory from pageable host memory (which CUDA copies synchronously).
-enum class Memory { kPageable, kDevice, kPinned };
-
-std::mutex& MemoryMu() {
+// What cudaMalloc* and cudaHostAlloc handed out (address -> bytes), so copies can tell device
+// and page-locked memory from pageable host memory (which CUDA copies synchronously).
+std::mutex& BlocksMu() {
   static auto* mu = new std::mutex;
   return *mu;
 }
-std::map<uintptr_t, std::pair<size_t, Memory>>& Blocks() {
-  static auto* blocks = new std::map<uintptr_t, std::pair<size_t, Memory>>;
+std::map<uintptr_t, size_t>& Blocks() {
+  static auto* blocks = new std::map<uintptr_t, size_t>;
   return *blocks;
 }
 
-void* Allocate(size_t bytes, Memory kind) {
+void* Allocate(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
   void* p = nullptr;
-  if (posix_memalign(&p, 256, bytes == 0 ? 1 : bytes) != 0) return nullptr;
-  std::lock_guard<std::mutex> lock(MemoryMu());
-  Blocks()[reinterpret_cast<uintptr_t>(p)] = {bytes == 0 ? 1 : bytes, kind};
+  if (posix_memalign(&p, 256, bytes) != 0) return nullptr;
+  std::lock_guard<std::mutex> lock(BlocksMu());
+  Blocks()[reinterpret_cast<uintptr_t>(p)] = bytes;
   return p;
 }
 
 void Release(void* p) {
   {
-    std::lock_guard<std::mutex> lock(MemoryMu());
+    std::lock_guard<std::mutex> lock(BlocksMu());
     Blocks().erase(reinterpret_cast<uintptr_t>(p));
   }
   std::free(p);
 }
 
-Memory KindOf(const void* p) {
+bool Pageable(const void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(MemoryMu());
+  std::lock_guard<std::mutex> lock(BlocksMu());
   auto it = Blocks().upper_bound(a);
-  if (it == Blocks().begin()) return Memory::kPageable;
+  if (it == Blocks().begin()) return true;
   --it;
-  return a < it->first + it->second.first ? it->second.second : Memory::kPageable;
+  return a >= it->first + it->second;
 }
 
 }  // namespace
@@ -228,7 +227,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { ret
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t, size_t) { return cudaSuccess; }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
-  *ptr = Allocate(bytes, Memory::kDevice);
+  *ptr = Allocate(bytes);
   return *ptr != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 // The memory exists at once; work queued on the stream before it may not use it, as on a device.
@@ -243,7 +242,7 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
-  *ptr = Allocate(bytes, Memory::kPinned);
+  *ptr = Allocate(bytes);
   return *ptr != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeHost(void* ptr) {
@@ -264,14 +263,14 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind)
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind,
                             cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  if (KindOf(src) == Memory::kPageable) {
+  if (Pageable(src)) {
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + count);
     ty_emu::OnStream(stream, [=] { std::memcpy(dst, staged->data(), count); });
     return cudaSuccess;
   }
   ty_emu::OnStream(stream, [=] { std::memmove(dst, src, count); });
-  if (KindOf(dst) == Memory::kPageable) return cudaStreamSynchronize(stream);
+  if (Pageable(dst)) return cudaStreamSynchronize(stream);
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {

@@ -28,7 +28,7 @@ class CudaEmuTest : public ::testing::Test {
 
 // Relative tolerances against the CPU: the kernels order sums differently from the CPU's and
 // use the device's formulas (f32: 1e-4); 16-bit storage rounds every op's output. The products
-// are HostBackend's (no TF32 here), so GEMM cases need no looser bound.
+// are the host cuBLASLt's (f32 sums, no TF32), so GEMM cases need no looser bound.
 double Tolerance(DType dtype) {
   switch (dtype) {
     case DType::kBFloat16:

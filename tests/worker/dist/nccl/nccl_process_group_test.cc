@@ -10,13 +10,13 @@
 #include "worker/dist/nccl/nccl_process_group.h"
 
 #include <cuda_runtime_api.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
+#include <future>
 #include <thread>
 
 #include "kernels/cuda/backend.h"
@@ -39,6 +39,8 @@
 
 namespace trainyard::dist {
 namespace {
+
+using ::testing::HasSubstr;
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -106,29 +108,6 @@ constexpr int kMaxWorld = 3;
 constexpr int kMaxWorld = 2;
 #endif
 int World() { return std::min(GpuCount(), kMaxWorld); }
-
-// A one-shot signal between rank threads, waited for with a limit.
-class Signal {
- public:
-  void Set() {
-    std::lock_guard<std::mutex> lock(mu_);
-    set_ = true;
-    cv_.notify_all();
-  }
-  bool Wait(std::chrono::seconds limit) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, limit, [this] { return set_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool set_ = false;
-};
-
-bool Contains(const Status& st, const std::string& text) {
-  return st.message().find(text) != std::string::npos;
-}
 
 // Device memory holding a host tensor's bytes; Download() reads it back as `like`'s dtype.
 class DeviceCopy {
@@ -329,12 +308,13 @@ TEST(NcclProcessGroupTest, ACollectiveNoPeerIssuesTimesOutAndBreaksTheGroup) {
   if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible";
   ProcessGroupOptions o;
   o.timeout = milliseconds(1000);
-  Signal rank0_done;
+  std::promise<void> rank0_done;
+  const std::shared_future<void> rank0_seen = rank0_done.get_future().share();
   RunRanks(
       World(),
       [&](NcclProcessGroup& g) {
         if (g.rank() != 0) {
-          EXPECT_TRUE(rank0_done.Wait(std::chrono::seconds(60)));
+          EXPECT_EQ(rank0_seen.wait_for(std::chrono::seconds(60)), std::future_status::ready);
           return;
         }
         DeviceCopy t(g.device(), Make(DType::kFloat32, 8, [](int64_t i) { return i; }));
@@ -344,14 +324,14 @@ TEST(NcclProcessGroupTest, ACollectiveNoPeerIssuesTimesOutAndBreaksTheGroup) {
         const Status hung = first->Wait(std::chrono::seconds(30));
         EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
         EXPECT_EQ(hung.code(), StatusCode::kDeadlineExceeded) << hung;
-        EXPECT_TRUE(Contains(hung, "all_reduce #1 (8 float32): timed out after 1s")) << hung;
+        EXPECT_THAT(hung.message(), HasSubstr("all_reduce #1 (8 float32): timed out after 1s"));
         const Status behind = second->Wait(std::chrono::seconds(5));
         EXPECT_EQ(behind.code(), StatusCode::kAborted) << behind;
-        EXPECT_TRUE(Contains(behind, "all_reduce #2")) << behind;
+        EXPECT_THAT(behind.message(), HasSubstr("all_reduce #2"));
         const Status later = g.Barrier()->Wait(std::chrono::seconds(5));
         EXPECT_EQ(later.code(), StatusCode::kAborted) << later;
-        EXPECT_TRUE(Contains(later, "broken")) << later;
-        rank0_done.Set();
+        EXPECT_THAT(later.message(), HasSubstr("broken"));
+        rank0_done.set_value();
       },
       o);
 }
@@ -375,10 +355,10 @@ TEST(NcclProcessGroupTest, APeerThatLeavesFailsTheCollectiveWaitingForIt) {
         EXPECT_TRUE(st.code() == StatusCode::kUnavailable ||
                     st.code() == StatusCode::kDeadlineExceeded)
             << st;
-        EXPECT_TRUE(Contains(st, "all_reduce #1")) << st;
+        EXPECT_THAT(st.message(), HasSubstr("all_reduce #1"));
 #ifdef TY_NCCL_EMU
         EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
-        EXPECT_TRUE(Contains(st, "remote process exited")) << st;
+        EXPECT_THAT(st.message(), HasSubstr("remote process exited"));
 #endif
       },
       o);
@@ -393,9 +373,9 @@ TEST(NcclProcessGroupTest, AnAsynchronousNcclErrorFailsTheOpAndBreaksTheGroup) {
     DeviceCopy t(g.device(), Make(DType::kFloat32, 10 + g.rank(), [](int64_t i) { return i; }));
     const Status st = g.AllReduce(t.buffer())->Wait(std::chrono::seconds(30));
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
-    EXPECT_TRUE(Contains(st, "all_reduce #1")) << st;
-    EXPECT_TRUE(Contains(st, "collective #1 differs between ranks")) << st;
-    EXPECT_TRUE(Contains(st, "do all ranks issue the same collectives")) << st;
+    EXPECT_THAT(st.message(), HasSubstr("all_reduce #1"));
+    EXPECT_THAT(st.message(), HasSubstr("collective #1 differs between ranks"));
+    EXPECT_THAT(st.message(), HasSubstr("do all ranks issue the same collectives"));
     EXPECT_EQ(g.Barrier()->Wait(std::chrono::seconds(5)).code(), StatusCode::kAborted);
   });
 }
