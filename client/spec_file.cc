@@ -1,20 +1,48 @@
 #include "client/spec_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cctype>
-#include <fstream>
-#include <sstream>
+#include <cerrno>
 
 #include "client/yaml.h"
 
 namespace trainyard::client {
 
+namespace {
+
+// Up to `limit` bytes of the file at `path`: fewer only when the file ends first.
+StatusOr<std::string> ReadAtMost(const std::string& path, size_t limit) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("opening job spec " + path);
+  std::string text(limit, '\0');
+  size_t size = 0;
+  while (size < limit) {
+    const ssize_t n = ::read(fd, text.data() + size, limit - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status error = ErrnoStatus("reading job spec " + path);
+      ::close(fd);
+      return error;
+    }
+    if (n == 0) break;
+    size += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(size);
+  return text;
+}
+
+}  // namespace
+
 StatusOr<Json> ReadSpecFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus("opening job spec " + path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return ErrnoStatus("reading job spec " + path);
-  const std::string text = buffer.str();
+  ASSIGN_OR_RETURN(const std::string text, ReadAtMost(path, kMaxSpecFileBytes + 1));
+  if (text.size() > kMaxSpecFileBytes) {
+    return InvalidArgumentError("job spec " + path + " is larger than " +
+                                std::to_string(kMaxSpecFileBytes) +
+                                " bytes (1 MiB), the most a spec may hold");
+  }
   const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (!json) return ParseYaml(text, path);
   StatusOr<Json> parsed = Json::Parse(text);

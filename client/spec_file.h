@@ -2,6 +2,7 @@
 // `--set path=value` overrides, parsed and validated into a spec::JobSpec.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,7 +13,12 @@
 
 namespace trainyard::client {
 
+// The most a spec file may hold, as the service allows (CoordinatorOptions::max_spec_bytes).
+inline constexpr size_t kMaxSpecFileBytes = size_t{1} << 20;
+
 // The file's contents as Json. Errors name the path (and line and column for syntax errors).
+// A file over kMaxSpecFileBytes is InvalidArgument; at most one byte more is read, so a pipe
+// (/dev/stdin) works and an endless one (/dev/zero) is refused.
 StatusOr<Json> ReadSpecFile(const std::string& path);
 
 // Applies one "dotted.path=value" override, creating the mappings on the way; the value is

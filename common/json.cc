@@ -1,5 +1,6 @@
 #include "common/json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -503,7 +504,9 @@ StatusOr<Json> Parser::ParseNumber() {
   }
   double d = 0;
   if (std::from_chars(first, last, d).ec != std::errc()) {
-    return Error(start, "number " + std::string(first, last) + " is out of range for a double");
+    std::string number(first, std::min<size_t>(last - first, 40));  // a 50 000-digit one too
+    if (number.size() < static_cast<size_t>(last - first)) number += "...";
+    return Error(start, "number " + number + " is out of range for a double");
   }
   return Json(d);
 }

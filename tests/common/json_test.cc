@@ -198,6 +198,33 @@ TEST(JsonTest, RejectsNestingDeeperThanTheLimitWithoutCrashing) {
   EXPECT_THAT(ParseError(deep), HasSubstr("nesting deeper than 512 levels"));
 }
 
+TEST(JsonTest, ParsesTwoHundredThousandKeysInLinearTime) {
+  // Quadratic work (a linear search per key) takes minutes here and trips the test's timeout.
+  std::string members;
+  for (int i = 0; i < 200000; ++i) {
+    members += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+  }
+  const Json top = MustParse("{" + members + "}");
+  ASSERT_EQ(top.size(), 200000u);
+  EXPECT_EQ(top.Find("k199999")->int_value(), 199999);
+  const Json nested = MustParse("{\"m\":{" + members + "}}");
+  EXPECT_EQ(nested.Find("m")->size(), 200000u);
+  EXPECT_THAT(ParseError("{" + members + ",\"k0\":1}"), HasSubstr("duplicate key \"k0\""));
+}
+
+TEST(JsonTest, ReadsFiftyThousandDigitNumbersAndShortensThemInErrors) {
+  const std::string digits(50000, '9');
+  const Json j = MustParse("[0." + digits + ", 1" + std::string(50000, '0') + "e-50000, -" +
+                           digits.substr(0, 300) + "]");
+  EXPECT_EQ(j[0].number_value(), 1.0);
+  EXPECT_EQ(j[1].number_value(), 1.0);
+  EXPECT_EQ(j[2].number_value(), -1e300);
+  EXPECT_FALSE(j[2].is_integer());
+  const std::string message = ParseError(digits);  // beyond a double
+  EXPECT_THAT(message, HasSubstr("number " + std::string(40, '9') + "... is out of range"));
+  EXPECT_LT(message.size(), 120u);
+}
+
 TEST(JsonTest, SkipsAByteOrderMarkAndSurroundingWhitespace) {
   EXPECT_EQ(MustParse("\xEF\xBB\xBF \r\n\t{\"a\": 1}\n ").Find("a")->int_value(), 1);
 }
