@@ -29,8 +29,14 @@ class JobStore {
   virtual StatusOr<std::vector<v1::JobEvent>> LoadEvents(const std::string& job_id) = 0;
 };
 
-// Opens (creating when missing) the store at `path`. FailedPrecondition when the file holds a
-// schema this build does not know (a newer coordinator wrote it).
+// Opens the store at `path`, creating it whole when missing. An existing store is checked before
+// anything is read from it, and refused with DataLoss, naming the file (`path` or `path`-wal),
+// what is wrong and how to recover, when it is empty or cut short, not SQLite's, fails PRAGMA
+// integrity_check, has schema version 0 or other tables than its version's, or has a WAL that
+// SQLite would silently cut short (job_store.cc, Note [Refusing a damaged store]); a refusal
+// leaves the file and its WAL as they were. FailedPrecondition when the file holds a schema this
+// build does not know (a newer coordinator wrote it); Unavailable naming the file on an I/O
+// failure. One caller opens a given path at a time (the coordinator holds its directory's lock).
 StatusOr<std::unique_ptr<JobStore>> OpenSqliteJobStore(const std::string& path);
 
 std::unique_ptr<JobStore> NewMemoryJobStore();
