@@ -39,6 +39,8 @@ const char* StatusCodeName(StatusCode code) {
       return "UNAVAILABLE";
     case StatusCode::kDataLoss:
       return "DATA_LOSS";
+    case StatusCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
   }
   return "UNKNOWN";
 }
@@ -50,7 +52,22 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  Status out(code_, context + ": " + message_);
+  out.violations_ = violations_;
+  return out;
+}
+
+const std::vector<FieldViolation>& Status::field_violations() const {
+  static const std::vector<FieldViolation> kNone;
+  return violations_ ? *violations_ : kNone;
+}
+
+Status Status::WithFieldViolations(std::vector<FieldViolation> violations) const {
+  Status out = *this;
+  out.violations_ = violations.empty()
+                        ? nullptr
+                        : std::make_shared<const std::vector<FieldViolation>>(std::move(violations));
+  return out;
 }
 
 std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToString(); }
@@ -65,7 +82,7 @@ Status ErrnoStatus(const std::string& what) {
     case EACCES:
     case EPERM:
     case EROFS:
-      return {StatusCode::kPermissionDenied, std::move(message)};
+      return PermissionDeniedError(std::move(message));
     case ENOSPC:
     case EDQUOT:
     case EFBIG:

@@ -4,10 +4,12 @@
 // The engine builds without abseil (GPU check machines lack it), hence this small copy.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/check.h"
 
@@ -30,9 +32,20 @@ enum class StatusCode : int {
   kInternal = 13,
   kUnavailable = 14,
   kDataLoss = 15,
+  kUnauthenticated = 16,
 };
 
 const char* StatusCodeName(StatusCode code);
+
+// One bad field of a request and what is wrong with it, for a caller that wants the problems
+// one by one (google.rpc.BadRequest's FieldViolation at the gRPC boundary, proto/rpc.h).
+struct FieldViolation {
+  std::string field;        // the field's path: "model.gpt.n_head", "optimizer"; "" for the whole
+  std::string description;  // what is wrong, without the path
+  friend bool operator==(const FieldViolation& a, const FieldViolation& b) {
+    return a.field == b.field && a.description == b.description;
+  }
+};
 
 class [[nodiscard]] Status {
  public:
@@ -44,8 +57,13 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   // "INVALID_ARGUMENT: message", or "OK".
   std::string ToString() const;
-  // Prepends context: "loading x: <old message>". Keeps the code.
+  // Prepends context: "loading x: <old message>". Keeps the code and the field violations.
   Status WithContext(const std::string& context) const;
+
+  // The problems behind the message, field by field (empty unless attached). The message
+  // stays the whole story for a reader; these are for programs.
+  const std::vector<FieldViolation>& field_violations() const;
+  Status WithFieldViolations(std::vector<FieldViolation> violations) const;
 
   friend bool operator==(const Status& a, const Status& b) {
     return a.code_ == b.code_ && a.message_ == b.message_;
@@ -54,6 +72,7 @@ class [[nodiscard]] Status {
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  std::shared_ptr<const std::vector<FieldViolation>> violations_;  // null: none
 };
 
 std::ostream& operator<<(std::ostream& os, const Status& s);
@@ -70,6 +89,12 @@ inline Status DeadlineExceededError(std::string m) {
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status AlreadyExistsError(std::string m) {
   return {StatusCode::kAlreadyExists, std::move(m)};
+}
+inline Status PermissionDeniedError(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
+inline Status UnauthenticatedError(std::string m) {
+  return {StatusCode::kUnauthenticated, std::move(m)};
 }
 inline Status ResourceExhaustedError(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};

@@ -35,11 +35,19 @@ std::string Num(double v) {
 std::string Quote(const std::string& s) { return Json(s).Dump(); }
 
 bool HasProblem(const Problems& problems, const std::string& path) {
-  return std::any_of(problems.begin(), problems.end(), [&](const std::string& p) {
-    return p.compare(0, path.size(), path) == 0 &&
-           (p.size() == path.size() || p[path.size()] == ' ' || p[path.size()] == '[' ||
-            p[path.size()] == '.' || p[path.size()] == ':');
+  return std::any_of(problems.begin(), problems.end(), [&](const Problem& p) {
+    const std::string& f = p.field;
+    return f.compare(0, path.size(), path) == 0 &&
+           (f.size() == path.size() || f[path.size()] == '[' || f[path.size()] == '.');
   });
+}
+
+Problem ValueProblem(const std::string& field, const std::string& value, const std::string& what) {
+  return {field, what + " (got " + value + ")", field + " = " + value + ": " + what};
+}
+
+Problem FieldProblem(const std::string& field, const std::string& what) {
+  return {field, what, field.empty() ? what : field + ": " + what};
 }
 
 }  // namespace internal
@@ -103,11 +111,10 @@ class Reader {
   void Int(const char* name, int64_t* out, int64_t lo, int64_t hi) {
     const Json* v = Take(name);
     if (v == nullptr) return;
+    const std::string range = "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
     std::optional<int64_t> n = ToInt(*v);
-    if (!n) return Problem(name, *v, "expected an integer");
-    if (*n < lo || *n > hi) {
-      return Problem(name, *v, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    }
+    if (!n) return Problem(name, *v, BeyondInt64(*v) ? "out of range: " + range : "expected an integer");
+    if (*n < lo || *n > hi) return Problem(name, *v, range);
     *out = *n;
   }
   void Int(const char* name, int* out, int lo, int hi) {
@@ -126,8 +133,10 @@ class Reader {
                            [](char c) { return c >= '0' && c <= '9'; })) {
       errno = 0;
       unsigned long long n = std::strtoull(v->string_value().c_str(), nullptr, 10);
-      if (errno == ERANGE) return Problem(name, *v, "must be in [0, 18446744073709551615]");
+      if (errno == ERANGE) return Problem(name, *v, "out of range: must be in [0, 18446744073709551615]");
       *out = n;
+    } else if (BeyondInt64(*v) || (v->is_integer() && v->int_value() < 0)) {
+      Problem(name, *v, "out of range: must be in [0, 18446744073709551615]");
     } else {
       Problem(name, *v, "expected an integer in [0, 18446744073709551615]");
     }
@@ -193,7 +202,10 @@ class Reader {
       std::string item = std::string(name) + "[" + std::to_string(i) + "]";
       std::optional<int64_t> n = ToInt((*v)[i]);
       if (!n) {
-        Problem(item.c_str(), (*v)[i], "expected an integer");
+        Problem(item.c_str(), (*v)[i],
+                BeyondInt64((*v)[i]) ? "out of range: must be in [" + std::to_string(lo) + ", " +
+                                           std::to_string(hi) + "]"
+                                     : "expected an integer");
         ok = false;
       } else if (*n < lo || *n > hi) {
         Problem(item.c_str(), (*v)[i],
@@ -224,11 +236,12 @@ class Reader {
       if (v != nullptr && !v->is_null()) found.push_back(m);
     }
     if (found.size() > 1) {
-      Add(Where() + "set only one of " + Join(all, ", ") + " (found " + Join(found, " and ") + ")");
+      Add(internal::FieldProblem(path_, "set only one of " + Join(all, ", ") + " (found " +
+                                            Join(found, " and ") + ")"));
     } else if (found.size() == 1) {
       *out = found[0];
     } else if (required) {
-      Add(Where() + "required: set one of " + Join(all, ", "));
+      Add(internal::FieldProblem(path_, "required: set one of " + Join(all, ", ")));
     }
   }
   // Records every key not taken by a field as a problem.
@@ -236,27 +249,25 @@ class Reader {
     if (object_ == nullptr) return;
     for (const auto& [key, value] : object_->members()) {
       if (taken_.count(key)) continue;
-      std::string line = "unknown field " + Path(key);
       std::string best;
       size_t best_distance = 3;
-      std::vector<std::string> allowed;
       for (const std::string& known : known_) {
-        allowed.push_back(known);
+        // Keys far longer than any field name cannot be near one (and would cost time).
+        if (key.size() > known.size() + best_distance) continue;
         size_t d = std::min(EditDistance(key, known), EditDistance(key, CamelCase(known)));
         if (d < best_distance) best_distance = d, best = known;
       }
-      if (!best.empty()) line += " (did you mean " + best + "?)";
-      line += "; allowed: " + (allowed.empty() ? std::string("none") : Join(allowed, ", "));
-      Add(line);
+      const std::string hint = best.empty() ? "" : " (did you mean " + best + "?)";
+      const std::string allowed = known_.empty() ? std::string("none") : Join(known_, ", ");
+      Add({Path(key), "unknown field" + hint,
+           "unknown field " + Path(key) + hint + "; allowed: " + allowed});
     }
   }
 
-  // "model.gpt." for problems of this message as a whole ("" at the top).
-  std::string Where() const { return path_.empty() ? "" : path_ + ": "; }
   std::string Path(std::string_view name) const {
     return path_.empty() ? std::string(name) : path_ + "." + std::string(name);
   }
-  void Add(std::string line) { problems_->push_back(std::move(line)); }
+  void Add(internal::Problem p) { problems_->push_back(std::move(p)); }
 
  private:
   // The value of field `name` (snake_case or lowerCamelCase key), nullptr when absent or
@@ -270,7 +281,7 @@ class Reader {
     if (snake) taken_.insert(name);
     if (lower) taken_.insert(camel);
     if (snake && lower) {
-      Add(Path(name) + ": set twice, as " + name + " and " + camel);
+      Add(internal::FieldProblem(Path(name), std::string("set twice, as ") + name + " and " + camel));
       return nullptr;
     }
     const Json* v = snake ? snake : lower;
@@ -282,9 +293,25 @@ class Reader {
     return object_->Find(CamelCase(name));
   }
   void Problem(const char* name, const Json& value, const std::string& what) {
-    std::string text = value.Dump();
+    // NaN and infinities have no JSON text (Dump writes null).
+    std::string text = value.is_number() && !std::isfinite(value.number_value())
+                           ? Num(value.number_value())
+                           : value.Dump();
     if (text.size() > 60) text = text.substr(0, 57) + "...";
-    Add(Path(name) + " = " + text + ": " + what);
+    Add(internal::ValueProblem(Path(name), text, what));
+  }
+  // An integer too large for int64: a number with an integral (or infinite) value beyond it,
+  // or a string of more digits than it holds (the proto JSON form of int64).
+  static bool BeyondInt64(const Json& v) {
+    if (v.is_number() && !v.is_integer()) {
+      const double d = v.number_value();
+      return !std::isnan(d) && (std::isinf(d) || (d == std::floor(d) && std::fabs(d) >= 9.2e18));
+    }
+    if (!v.is_string()) return false;
+    const std::string& s = v.string_value();
+    const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+');
+    return s.size() > sign + 18 && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(sign), s.end(),
+                                               [](char c) { return c >= '0' && c <= '9'; });
   }
   static std::optional<int64_t> ToInt(const Json& v) {
     if (v.is_integer()) return v.int_value();
@@ -524,6 +551,7 @@ void VisitJob(V& v, JobSpec& s) {
     m.Int("keep_last", &s.checkpoint.keep_last, 0, 1'000'000);
     m.Bool("resume", &s.checkpoint.resume);
     m.String("init_from", &s.checkpoint.init_from);
+    m.String("resume_from", &s.checkpoint.resume_from);
   });
   v.Double("grad_clip_norm", &s.grad_clip_norm, 0, kInf);
   v.Int("num_threads", &s.num_threads, 0, 1024);
@@ -535,6 +563,34 @@ void VisitJob(V& v, JobSpec& s) {
     m.Int("straggler_window_steps", &s.fault_tolerance.straggler_window_steps, 1, 100000);
   });
   v.Int("priority", &s.priority, -1000, 1000);
+}
+
+// Note [Errors that arrive whole] (proto/rpc.h): the message lists the first problems in full
+// within kMessageBytes, then "and N more"; the field violations list them all (up to
+// kMaxViolations), each with its field path, for programs.
+Status ProblemsStatus(const Problems& problems) {
+  constexpr size_t kMessageBytes = 1400;
+  constexpr size_t kMaxViolations = 1000;
+  std::string text = "invalid job spec (" + std::to_string(problems.size()) +
+                     (problems.size() == 1 ? " problem):" : " problems):");
+  size_t shown = 0;
+  for (; shown < problems.size(); ++shown) {
+    std::string line = "\n  " + problems[shown].line;
+    if (text.size() + line.size() > kMessageBytes && shown > 0) break;
+    if (line.size() > kMessageBytes / 2) line = line.substr(0, kMessageBytes / 2) + "...";
+    text += line;
+  }
+  if (shown < problems.size()) {
+    text += "\n  and " + std::to_string(problems.size() - shown) + " more";
+  }
+  std::vector<FieldViolation> violations;
+  for (size_t i = 0; i < problems.size() && i < kMaxViolations; ++i) {
+    violations.push_back({problems[i].field, problems[i].description});
+  }
+  if (problems.size() > kMaxViolations) {
+    violations.push_back({"", "and " + std::to_string(problems.size() - kMaxViolations) + " more"});
+  }
+  return InvalidArgumentError(text).WithFieldViolations(std::move(violations));
 }
 
 }  // namespace
@@ -563,16 +619,11 @@ StatusOr<JobSpec> ParseJobSpec(const Json& json) {
   // A required message that is absent was never visited; its oneof says what is missing.
   for (const char* required : {"model", "data", "optimizer"}) {
     if (json.Find(required) == nullptr || json.Find(required)->is_null()) {
-      problems.push_back(std::string(required) + ": required");
+      problems.push_back(internal::FieldProblem(required, "required"));
     }
   }
   internal::CheckRelations(spec, &problems);
-  if (!problems.empty()) {
-    std::string text = "invalid job spec (" + std::to_string(problems.size()) +
-                       (problems.size() == 1 ? " problem):" : " problems):");
-    for (const std::string& p : problems) text += "\n  " + p;
-    return InvalidArgumentError(text);
-  }
+  if (!problems.empty()) return ProblemsStatus(problems);
   return spec;
 }
 

@@ -155,6 +155,7 @@ struct CheckpointSpec {
   int keep_last = 3;
   bool resume = true;
   std::string init_from;
+  std::string resume_from;  // a step directory of another run to continue (Note [Run identity])
 };
 
 // Data parallelism across processes (ranks); see ParallelismSpec in job.proto.

@@ -11,8 +11,18 @@ namespace trainyard::spec::internal {
 
 inline constexpr int64_t kMaxSteps = 1'000'000'000'000;  // 10^12
 
-// The problems found so far, one line each: "path = value: what is allowed".
-using Problems = std::vector<std::string>;
+// One problem of a spec: the field it is about, a short description (a field violation's),
+// and the whole line the message shows ("path = value: what is allowed").
+struct Problem {
+  std::string field;  // "model.gpt.n_head"; "" for the spec as a whole
+  std::string description;
+  std::string line;
+};
+using Problems = std::vector<Problem>;
+
+// "field = value: what" (description "what (got value)"), and "field: what".
+Problem ValueProblem(const std::string& field, const std::string& value, const std::string& what);
+Problem FieldProblem(const std::string& field, const std::string& what);
 
 // The shortest text that reads back as `v` (0.1 prints as 0.1); "inf" for infinity.
 std::string Num(double v);

@@ -21,19 +21,21 @@ void CheckBackend(const JobSpec& s, Problems* problems) {
   const ParallelismSpec& p = s.parallelism;
   if (!AllFine(*problems, {"device", "parallelism.backend"})) return;
   if (p.backend == "gloo" && s.device != "cpu") {
-    problems->push_back("parallelism.backend = \"gloo\": needs device \"cpu\" (device = " +
-                        Quote(s.device) + "); use \"nccl\" or \"auto\"");
+    problems->push_back(ValueProblem("parallelism.backend", "\"gloo\"",
+                                     "needs device \"cpu\" (device = " + Quote(s.device) +
+                                         "); use \"nccl\" or \"auto\""));
   }
   if (p.backend == "nccl" && s.device != "cuda") {
-    problems->push_back("parallelism.backend = \"nccl\": needs device \"cuda\" (device = " +
-                        Quote(s.device) + "); use \"gloo\" or \"auto\"");
+    problems->push_back(ValueProblem("parallelism.backend", "\"nccl\"",
+                                     "needs device \"cuda\" (device = " + Quote(s.device) +
+                                         "); use \"gloo\" or \"auto\""));
   }
   if (p.all_reduce_algorithm == "ring_chunked" && ResolvedBackend(s) != "gloo" &&
       !HasProblem(*problems, "parallelism.all_reduce_algorithm")) {
-    problems->push_back(
-        "parallelism.all_reduce_algorithm = \"ring_chunked\": needs the gloo backend "
-        "(parallelism.backend = " +
-        Quote(p.backend) + " is nccl on device " + Quote(s.device) + "); use \"ring\"");
+    problems->push_back(ValueProblem("parallelism.all_reduce_algorithm", "\"ring_chunked\"",
+                                     "needs the gloo backend (parallelism.backend = " +
+                                         Quote(p.backend) + " is nccl on device " +
+                                         Quote(s.device) + "); use \"ring\""));
   }
 }
 
@@ -49,65 +51,73 @@ bool ValidName(const std::string& name) {
 // The rules of parallelism (job.proto, ParallelismSpec).
 void CheckParallelism(const JobSpec& s, Problems* problems) {
   const ParallelismSpec& p = s.parallelism;
-  auto add = [&](std::string line) { problems->push_back(std::move(line)); };
+  auto add = [&](const std::string& field, const std::string& value, const std::string& what) {
+    problems->push_back(ValueProblem(field, value, what));
+  };
   if (p.first_bucket_size_mb > p.bucket_size_mb &&
       AllFine(*problems, {"parallelism.first_bucket_size_mb", "parallelism.bucket_size_mb"})) {
-    add("parallelism.first_bucket_size_mb = " + Num(p.first_bucket_size_mb) +
-        ": must be in (0, parallelism.bucket_size_mb = " + Num(p.bucket_size_mb) + "]");
+    add("parallelism.first_bucket_size_mb", Num(p.first_bucket_size_mb),
+        "must be in (0, parallelism.bucket_size_mb = " + Num(p.bucket_size_mb) + "]");
   }
   if (p.ranks_per_node > 0 && p.world_size % p.ranks_per_node != 0 &&
       AllFine(*problems, {"parallelism.ranks_per_node", "parallelism.world_size"})) {
-    add("parallelism.ranks_per_node = " + std::to_string(p.ranks_per_node) +
-        ": must divide parallelism.world_size = " + std::to_string(p.world_size) +
-        " (or be 0: all ranks on one node)");
+    add("parallelism.ranks_per_node", std::to_string(p.ranks_per_node),
+        "must divide parallelism.world_size = " + std::to_string(p.world_size) +
+            " (or be 0: all ranks on one node)");
   }
   if (p.activation_checkpointing && !s.model.arch.empty() && s.model.arch != "gpt") {
-    add("parallelism.activation_checkpointing = true: needs model.gpt (model is " + s.model.arch +
-        ")");
+    add("parallelism.activation_checkpointing", "true",
+        "needs model.gpt (model is " + s.model.arch + ")");
   }
   if (p.zero_stage == 1 && p.find_unused_parameters &&
       AllFine(*problems, {"parallelism.zero_stage", "parallelism.find_unused_parameters"})) {
     // A sharded step updates whole chunks; it cannot skip a parameter no rank used, as an
     // unsharded optimizer does, so the two would train differently.
-    add("parallelism.zero_stage = 1: cannot be combined with parallelism.find_unused_parameters "
-        "= true (the sharded optimizer would update parameters no rank used); use zero_stage 0");
+    add("parallelism.zero_stage", "1",
+        "cannot be combined with parallelism.find_unused_parameters = true (the sharded "
+        "optimizer would update parameters no rank used); use zero_stage 0");
   }
   if (s.precision == "fp16" && p.zero_stage == 1 &&
       AllFine(*problems, {"precision", "parallelism.zero_stage"})) {
     // The loss scaler unscales and checks whole .grad tensors; ZeRO-1 leaves each rank a shard.
-    add("precision = \"fp16\": cannot be combined with parallelism.zero_stage = 1 (the loss "
-        "scaler does not see sharded gradients); use bf16 or zero_stage 0");
+    add("precision", "\"fp16\"",
+        "cannot be combined with parallelism.zero_stage = 1 (the loss scaler does not see "
+        "sharded gradients); use bf16 or zero_stage 0");
   }
   CheckBackend(s, problems);
 }
 }  // namespace
 
 void CheckRelations(JobSpec& s, Problems* problems) {
-  auto add = [&](std::string line) { problems->push_back(std::move(line)); };
+  auto add = [&](const std::string& field, const std::string& value, const std::string& what) {
+    problems->push_back(ValueProblem(field, value, what));
+  };
+  auto add_field = [&](const std::string& field, const std::string& what) {
+    problems->push_back(FieldProblem(field, what));
+  };
   if (!ValidName(s.name)) {
-    add("name = " + Quote(s.name) +
-        ": must be 1 to 63 characters of a-z, 0-9 and '-', starting with a letter");
+    add("name", Quote(s.name), "must be 1 to 63 characters of a-z, 0-9 and '-', starting with a letter");
   }
   if (s.steps > 0 && s.epochs > 0) {
-    add("steps = " + std::to_string(s.steps) + " and epochs = " + std::to_string(s.epochs) +
-        ": set only one");
+    problems->push_back({"steps", "set only one of steps and epochs",
+                         "steps = " + std::to_string(s.steps) + " and epochs = " +
+                             std::to_string(s.epochs) + ": set only one"});
   }
   if (s.steps == 0 && s.epochs == 0) s.epochs = 1;
 
   const ModelSpec& m = s.model;
   if (m.arch == "mlp" && m.mlp.sizes.size() < 2 && !HasProblem(*problems, "model.mlp.sizes")) {
-    add("model.mlp.sizes = " +
-        Json::Array(Json::Items(m.mlp.sizes.begin(), m.mlp.sizes.end())).Dump() +
-        ": needs at least 2 entries (input features, ..., classes)");
+    add("model.mlp.sizes", Json::Array(Json::Items(m.mlp.sizes.begin(), m.mlp.sizes.end())).Dump(),
+        "needs at least 2 entries (input features, ..., classes)");
   }
   if (m.arch == "resnet" && m.resnet.blocks.size() != 4 &&
       !HasProblem(*problems, "model.resnet.blocks")) {
-    add("model.resnet.blocks: needs exactly 4 entries, got " +
-        std::to_string(m.resnet.blocks.size()));
+    add_field("model.resnet.blocks",
+              "needs exactly 4 entries, got " + std::to_string(m.resnet.blocks.size()));
   }
   if (m.arch == "gpt" && m.gpt.n_embd % m.gpt.n_head != 0) {
-    add("model.gpt.n_head = " + std::to_string(m.gpt.n_head) +
-        ": must divide model.gpt.n_embd = " + std::to_string(m.gpt.n_embd));
+    add("model.gpt.n_head", std::to_string(m.gpt.n_head),
+        "must divide model.gpt.n_embd = " + std::to_string(m.gpt.n_embd));
   }
 
   // Which models each data source feeds.
@@ -115,26 +125,28 @@ void CheckRelations(JobSpec& s, Problems* problems) {
   if (!m.arch.empty() && !src.empty()) {
     bool text = src == "text" || src == "tokens";
     if (text != (m.arch == "gpt")) {
-      add("model." + m.arch + ": cannot train on data." + src + " (" +
-          (text ? "text data needs model.gpt" : "model.gpt needs data.text or data.tokens") + ")");
+      add_field("model." + m.arch,
+                "cannot train on data." + src + " (" +
+                    (text ? "text data needs model.gpt" : "model.gpt needs data.text or data.tokens") +
+                    ")");
     } else if (src == "csv" && m.arch != "mlp") {
-      add("model." + m.arch + ": cannot train on data.csv (tabular data needs model.mlp)");
+      add_field("model." + m.arch, "cannot train on data.csv (tabular data needs model.mlp)");
     } else if (src == "fashion_mnist") {
       // 1x28x28 images, 10 classes.
       if (m.arch == "mlp" && m.mlp.sizes.size() >= 2) {
         if (m.mlp.sizes.front() != 784) {
-          add("model.mlp.sizes[0] = " + std::to_string(m.mlp.sizes.front()) +
-              ": must be 784 for data.fashion_mnist (28x28 images)");
+          add("model.mlp.sizes[0]", std::to_string(m.mlp.sizes.front()),
+              "must be 784 for data.fashion_mnist (28x28 images)");
         }
         if (m.mlp.sizes.back() != 10) {
-          add("model.mlp.sizes[" + std::to_string(m.mlp.sizes.size() - 1) + "] = " +
-              std::to_string(m.mlp.sizes.back()) + ": must be 10 for data.fashion_mnist (classes)");
+          add("model.mlp.sizes[" + std::to_string(m.mlp.sizes.size() - 1) + "]",
+              std::to_string(m.mlp.sizes.back()), "must be 10 for data.fashion_mnist (classes)");
         }
       }
       auto need = [&](const char* field, int64_t value, int64_t want) {
         if (value != want) {
-          add("model." + m.arch + "." + field + " = " + std::to_string(value) + ": must be " +
-              std::to_string(want) + " for data.fashion_mnist");
+          add("model." + m.arch + "." + field, std::to_string(value),
+              "must be " + std::to_string(want) + " for data.fashion_mnist");
         }
       };
       if (m.arch == "cnn") {
@@ -147,40 +159,45 @@ void CheckRelations(JobSpec& s, Problems* problems) {
       }
     }
   }
-  if (src == "text" && s.data.text.path.empty()) add("data.text.path: required");
-  if (src == "tokens" && s.data.tokens.path.empty()) add("data.tokens.path: required");
-  if (src == "csv" && s.data.csv.path.empty()) add("data.csv.path: required");
+  if (src == "text" && s.data.text.path.empty()) add_field("data.text.path", "required");
+  if (src == "tokens" && s.data.tokens.path.empty()) add_field("data.tokens.path", "required");
+  if (src == "csv" && s.data.csv.path.empty()) add_field("data.csv.path", "required");
   if (src == "fashion_mnist" && s.data.fashion_mnist.dir.empty()) {
-    add("data.fashion_mnist.dir = \"\": must name a folder");
+    add("data.fashion_mnist.dir", "\"\"", "must name a folder");
   }
 
   const SgdSpec& sgd = s.optimizer.sgd;
   if (s.optimizer.kind == "sgd" && sgd.nesterov && (sgd.momentum <= 0 || sgd.dampening != 0)) {
-    add("optimizer.sgd.nesterov = true: needs momentum > 0 and dampening = 0 (momentum = " +
-        Num(sgd.momentum) + ", dampening = " + Num(sgd.dampening) + ")");
+    add("optimizer.sgd.nesterov", "true",
+        "needs momentum > 0 and dampening = 0 (momentum = " + Num(sgd.momentum) +
+            ", dampening = " + Num(sgd.dampening) + ")");
   }
   if (s.schedule.kind == "step" && s.schedule.step.step_size == 0) {
-    add("schedule.step.step_size: required, in [1, " + std::to_string(kMaxSteps) + "]");
+    add_field("schedule.step.step_size", "required, in [1, " + std::to_string(kMaxSteps) + "]");
   }
   if (s.schedule.kind == "cosine" && !s.optimizer.kind.empty()) {
     const CosineScheduleSpec& c = s.schedule.cosine;
     double lr = s.optimizer.lr();
     if (c.min_lr > lr) {
-      add("schedule.cosine.min_lr = " + Num(c.min_lr) + ": must be in [0, optimizer." +
-          s.optimizer.kind + ".lr = " + Num(lr) + "]");
+      add("schedule.cosine.min_lr", Num(c.min_lr),
+          "must be in [0, optimizer." + s.optimizer.kind + ".lr = " + Num(lr) + "]");
     }
     if (c.total_steps > 0 && c.total_steps <= c.warmup_steps) {
-      add("schedule.cosine.total_steps = " + std::to_string(c.total_steps) +
-          ": must be greater than warmup_steps = " + std::to_string(c.warmup_steps));
+      add("schedule.cosine.total_steps", std::to_string(c.total_steps),
+          "must be greater than warmup_steps = " + std::to_string(c.warmup_steps));
     }
     if (c.total_steps == 0 && s.steps > 0 && s.steps <= c.warmup_steps) {
-      add("schedule.cosine.warmup_steps = " + std::to_string(c.warmup_steps) +
-          ": must be less than steps = " + std::to_string(s.steps));
+      add("schedule.cosine.warmup_steps", std::to_string(c.warmup_steps),
+          "must be less than steps = " + std::to_string(s.steps));
     }
   }
   if (s.checkpoint.every_steps > 0 && s.checkpoint.dir.empty()) {
-    add("checkpoint.every_steps = " + std::to_string(s.checkpoint.every_steps) +
-        ": needs checkpoint.dir");
+    add("checkpoint.every_steps", std::to_string(s.checkpoint.every_steps), "needs checkpoint.dir");
+  }
+  if (!s.checkpoint.resume_from.empty() && !s.checkpoint.init_from.empty()) {
+    add("checkpoint.resume_from", "\"" + s.checkpoint.resume_from + "\"",
+        "set either resume_from (continue that run's state) or init_from (its weights only, from "
+        "step 0), not both");
   }
   CheckParallelism(s, problems);
 }

@@ -1,6 +1,7 @@
 #include "proto/rpc.h"
 
 #include <arpa/inet.h>
+#include <google/protobuf/unknown_field_set.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,15 +9,127 @@
 #include <sstream>
 
 namespace trainyard::rpc {
+namespace {
+
+constexpr const char* kBadRequestType = "type.googleapis.com/google.rpc.BadRequest";
+
+// The protobuf wire form of the few messages below, written by hand: google.rpc's .proto
+// files are not among Debian's packages, and these are three small, stable messages.
+void PutVarint(uint64_t v, std::string* out) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+void PutBytes(int field, const std::string& bytes, std::string* out) {
+  PutVarint(static_cast<uint64_t>(field) << 3 | 2, out);
+  PutVarint(bytes.size(), out);
+  out->append(bytes);
+}
+
+// google.rpc.BadRequest.FieldViolation{field = 1, description = 2}.
+std::string EncodeViolation(const FieldViolation& v) {
+  std::string out;
+  PutBytes(1, v.field, &out);
+  PutBytes(2, v.description, &out);
+  return out;
+}
+
+// google.rpc.Status{code = 1, message = 2, details = 3 (Any{type_url = 1, value = 2})} with one
+// BadRequest{field_violations = 1} detail holding what fits kMaxViolationBytes.
+std::string EncodeDetails(int code, const std::string& message,
+                          const std::vector<FieldViolation>& violations) {
+  std::string bad_request;
+  size_t i = 0;
+  for (; i < violations.size(); ++i) {
+    std::string one = EncodeViolation(violations[i]);
+    if (bad_request.size() + one.size() + 64 > kMaxViolationBytes) break;
+    PutBytes(1, one, &bad_request);
+  }
+  if (i < violations.size()) {
+    // The list may end in its own {"", "and N more"} (ProblemsStatus caps it too): those N
+    // count among the ones left out here.
+    size_t left_out = violations.size() - i;
+    const FieldViolation& last = violations.back();
+    if (last.field.empty() && last.description.rfind("and ", 0) == 0) {
+      left_out += std::strtoull(last.description.c_str() + 4, nullptr, 10) - 1;
+    }
+    PutBytes(1, EncodeViolation({"", "and " + std::to_string(left_out) + " more"}), &bad_request);
+  }
+  std::string any, status;
+  PutBytes(1, kBadRequestType, &any);
+  PutBytes(2, bad_request, &any);
+  PutVarint(1 << 3, &status);
+  PutVarint(static_cast<uint64_t>(code), &status);
+  PutBytes(2, message, &status);
+  PutBytes(3, any, &status);
+  return status;
+}
+
+// The length-delimited fields numbered `field` of the message `bytes` (empty if it does not
+// parse).
+std::vector<std::string> Fields(const std::string& bytes, int field) {
+  google::protobuf::UnknownFieldSet set;
+  std::vector<std::string> out;
+  if (!set.ParseFromString(bytes)) return out;
+  for (int i = 0; i < set.field_count(); ++i) {
+    const google::protobuf::UnknownField& f = set.field(i);
+    if (f.number() == field && f.type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) {
+      out.push_back(f.length_delimited());
+    }
+  }
+  return out;
+}
+
+std::vector<FieldViolation> DecodeViolations(const std::string& details) {
+  std::vector<FieldViolation> out;
+  for (const std::string& any : Fields(details, 3)) {
+    const std::vector<std::string> type = Fields(any, 1);
+    if (type.empty() || type[0] != kBadRequestType) continue;
+    for (const std::string& value : Fields(any, 2)) {
+      for (const std::string& v : Fields(value, 1)) {
+        const std::vector<std::string> field = Fields(v, 1), description = Fields(v, 2);
+        out.push_back({field.empty() ? "" : field[0], description.empty() ? "" : description[0]});
+      }
+    }
+  }
+  return out;
+}
+
+// `message` within kMaxStatusMessageBytes: cut after the last whole line that fits (or at a
+// UTF-8 boundary), saying how much was left out.
+std::string CapMessage(const std::string& message) {
+  if (message.size() <= kMaxStatusMessageBytes) return message;
+  const std::string note = "\n  ... (" + std::to_string(message.size()) + " bytes; cut)";
+  size_t cut = message.rfind('\n', kMaxStatusMessageBytes - note.size());
+  if (cut == std::string::npos || cut == 0) {
+    cut = kMaxStatusMessageBytes - note.size();
+    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xc0) == 0x80) --cut;
+  }
+  return message.substr(0, cut) + note;
+}
+
+}  // namespace
 
 grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  const std::string message = CapMessage(s.message());
+  const auto code = static_cast<grpc::StatusCode>(s.code());
+  if (s.field_violations().empty()) return grpc::Status(code, message);
+  // The details' own message is the first line (the summary): the whole one is beside it, and
+  // sent twice it would crowd the trailers.
+  std::string summary = message.substr(0, std::min(message.find('\n'), kMaxSummaryBytes));
+  while (!summary.empty() && summary.size() < message.size() &&
+         (static_cast<unsigned char>(message[summary.size()]) & 0xc0) == 0x80) {
+    summary.pop_back();  // not in the middle of a UTF-8 character
+  }
+  return grpc::Status(code, message,
+                      EncodeDetails(static_cast<int>(code), summary, s.field_violations()));
 }
 
 Status FromGrpc(const grpc::Status& s) {
   if (s.ok()) return OkStatus();
-  return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
+  Status out(static_cast<StatusCode>(s.error_code()), s.error_message());
+  if (s.error_details().empty()) return out;
+  return out.WithFieldViolations(DecodeViolations(s.error_details()));
 }
 
 StatusOr<std::string> ReadPem(const std::string& path, const std::string& what) {

@@ -14,6 +14,19 @@
 
 namespace trainyard::rpc {
 
+// Note [Errors that arrive whole]: gRPC sends a status in the response's trailers, and a
+// client refuses trailers above its metadata limit (8 KiB by default, soft) with
+// RESOURCE_EXHAUSTED instead of the error. So ToGrpc keeps the message within
+// kMaxStatusMessageBytes (cut at a line, saying so) and sends the field violations as a
+// google.rpc.Status with one google.rpc.BadRequest detail ("grpc-status-details-bin", as
+// grpcio-status and grpcurl read it), holding as many violations as fit kMaxViolationBytes
+// and then one {field: "", description: "and N more"} (N counting every one left out); the
+// google.rpc.Status's own message is the first line of the message, within kMaxSummaryBytes.
+// With base64 and percent-encoding, the trailers stay well under 8 KiB. FromGrpc reads them
+// back.
+inline constexpr size_t kMaxStatusMessageBytes = 1536;
+inline constexpr size_t kMaxViolationBytes = 2560;
+inline constexpr size_t kMaxSummaryBytes = 256;
 grpc::Status ToGrpc(const Status& s);
 Status FromGrpc(const grpc::Status& s);
 

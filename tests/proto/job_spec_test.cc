@@ -1,6 +1,7 @@
 #include "proto/job_spec.h"
 
 #include <fstream>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -238,6 +239,67 @@ TEST(JobSpecTest, UnknownFieldsAreErrorsWithASuggestion) {
   EXPECT_THAT(text, HasSubstr("unknown field batchsize (did you mean batch_size?)"));
   EXPECT_THAT(text, HasSubstr("unknown field optimizer.sgd.momentun (did you mean momentum?); "
                               "allowed: lr, momentum, dampening, nesterov, weight_decay"));
+}
+
+TEST(JobSpecTest, IntegersBeyondInt64SayTheyAreOutOfRange) {
+  Json spec = Minimal();
+  spec.Set("steps", Json(1180591620717411303424.0));  // 2^70
+  spec.Set("seed", "99999999999999999999999");
+  SetPath(&spec, "model.mlp.sizes", Json::Array({784, "123456789012345678901234567890", 10}));
+  SetPath(&spec, "eval.every_steps", Json(std::numeric_limits<double>::infinity()));
+  const std::string problems = ProblemsOf(spec);
+  EXPECT_THAT(problems, HasSubstr("steps = 1180591620717411303424.0: out of range: must be in [1, "
+                                  "1000000000000]"));
+  EXPECT_THAT(problems, HasSubstr("seed = \"99999999999999999999999\": out of range"));
+  EXPECT_THAT(problems, HasSubstr("model.mlp.sizes[1] = \"123456789012345678901234567890\": out "
+                                  "of range: must be in [1, 1048576]"));
+  EXPECT_THAT(problems, HasSubstr("eval.every_steps = inf: out of range"));
+  EXPECT_THAT(problems, ::testing::Not(HasSubstr("expected an integer")));
+  // A fraction is still not an integer.
+  spec = Minimal();
+  spec.Set("steps", 2.5);
+  EXPECT_THAT(ProblemsOf(spec), HasSubstr("steps = 2.5: expected an integer"));
+}
+
+TEST(JobSpecTest, EachProblemIsAFieldViolationWithItsPath) {
+  Json spec = Minimal();
+  spec.Set("batch_size", 0);
+  spec.Set("stpes", 10);
+  SetPath(&spec, "model.mlp.activation", "swish");
+  StatusOr<JobSpec> parsed = ParseJobSpec(spec);
+  ASSERT_FALSE(parsed.ok());
+  const std::vector<FieldViolation>& v = parsed.status().field_violations();
+  ASSERT_EQ(v.size(), 3u) << parsed.status();
+  std::map<std::string, std::string> by_field;
+  for (const FieldViolation& f : v) by_field[f.field] = f.description;
+  EXPECT_EQ(by_field["model.mlp.activation"],
+            "allowed: one of \"relu\", \"gelu\", \"tanh\" (got \"swish\")");
+  EXPECT_EQ(by_field["batch_size"], "must be in [1, 1048576] (got 0)");
+  EXPECT_EQ(by_field["stpes"], "unknown field (did you mean steps?)");
+}
+
+// Note [Errors that arrive whole]: 80 unknown fields (and 30 000) give a message of bounded
+// size that names the first and counts the rest, with every problem a field violation.
+TEST(JobSpecTest, ManyProblemsKeepTheMessageShortAndListEveryViolation) {
+  for (int n : {80, 30000}) {
+    Json::Members members = Minimal().members();
+    for (int i = 0; i < n; ++i) members.emplace_back("unknown_field_" + std::to_string(i), i);
+    const Json spec = Json::Object(std::move(members));
+    StatusOr<JobSpec> parsed = ParseJobSpec(spec);
+    ASSERT_FALSE(parsed.ok());
+    const std::string& message = parsed.status().message();
+    EXPECT_LT(message.size(), 1500u) << n;
+    EXPECT_THAT(message, HasSubstr("invalid job spec (" + std::to_string(n) + " problems)"));
+    EXPECT_THAT(message, HasSubstr("unknown field unknown_field_0;"));
+    EXPECT_THAT(message, ::testing::ContainsRegex("and [0-9]+ more$"));
+    const auto& v = parsed.status().field_violations();
+    const size_t listed = std::min<size_t>(n, 1000);
+    ASSERT_EQ(v.size(), listed + (n > 1000 ? 1 : 0)) << n;
+    EXPECT_EQ(v[listed - 1].field, "unknown_field_" + std::to_string(listed - 1));
+    if (n > 1000) {
+      EXPECT_EQ(v.back().description, "and " + std::to_string(n - 1000) + " more");
+    }
+  }
 }
 
 TEST(JobSpecTest, ChecksRelationsBetweenFields) {
