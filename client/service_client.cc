@@ -123,11 +123,13 @@ Status ServiceClient::Watch(const std::string& id,
   WatchStop no_stop;
   if (stop == nullptr) stop = &no_stop;
   auto unreachable_since = std::chrono::steady_clock::now();
+  int64_t last_seq = 0;  // of the newest stored event seen; a reconnect goes on after it
   while (true) {
     grpc::ClientContext ctx;
     rpc::AddToken(&ctx, options_.token);
     v1::WatchJobRequest req;
     req.set_id(id);
+    req.set_from_seq(last_seq > 0 ? last_seq + 1 : 0);
     // Stop() may cancel ctx from now on; End() below, before ctx goes, ends that.
     if (!stop->Begin(&ctx)) return CancelledError("watch stopped");
     auto reader = stub_->WatchJob(&ctx, req);
@@ -135,6 +137,7 @@ Status ServiceClient::Watch(const std::string& id,
     bool got_any = false, ended_by_caller = false;
     while (reader->Read(&event)) {
       got_any = true;
+      last_seq = std::max(last_seq, event.seq());
       if (!on_event(event)) {
         ctx.TryCancel();
         ended_by_caller = true;

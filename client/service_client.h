@@ -60,7 +60,8 @@ class ServiceClient {
   // Calls `on_event` with every event of the job (the current state first) until the job
   // ends (OkStatus), `on_event` returns false or `stop` is stopped (Cancelled). While the
   // coordinator cannot be reached it retries, for up to `unavailable_for` in a row (then
-  // Unavailable).
+  // Unavailable); a reconnect asks for the stored events after the last one seen
+  // (WatchJobRequest.from_seq), so none is lost or repeated across it.
   Status Watch(const std::string& id, const std::function<bool(const v1::JobEvent&)>& on_event,
                std::chrono::milliseconds unavailable_for = std::chrono::seconds(60),
                WatchStop* stop = nullptr);

@@ -160,6 +160,10 @@ int OneJob(const std::string& command, const std::vector<std::string>& args) {
               : "usage: trainyard cancel JOB [--checkpoint] [flags]\n\nCancels a job: its ranks "
                 "stop (after a checkpoint at a common step with --checkpoint).\n\nflags:");
   if (command == "cancel") f.Switch("checkpoint", "save a checkpoint before stopping");
+  if (command == "watch") {
+    f.Switch("steps", "also print every step's metrics as a line on stdout (with -o json, "
+                      "every event already is one)");
+  }
   AddConnectFlags(f);
   int code = 0;
   if (!ParseFlags(f, args, 1, &code)) return code;
@@ -167,7 +171,7 @@ int OneJob(const std::string& command, const std::vector<std::string>& args) {
   if (!client.ok()) return CommandError(std::string(client.status().message()), 2);
   const std::string& id = f.positional()[0];
   const bool json = f.Get("output") == "json";
-  if (command == "watch") return WatchToEnd(**client, id, json, false);
+  if (command == "watch") return WatchToEnd(**client, id, json, false, f.On("steps"));
   StatusOr<v1::Job> job = command == "describe" ? (*client)->GetJob(id)
                                                 : (*client)->Cancel(id, f.On("checkpoint"));
   if (!job.ok()) return CommandError(std::string(job.status().message()), CodeFor(job.status()));
@@ -245,8 +249,8 @@ ConnectOptions ReadConnectFlags(const Flags& f) {
   return o;
 }
 
-int WatchToEnd(ServiceClient& client, const std::string& id, bool json, bool quiet) {
-  WatchPrinter printer(json, quiet);
+int WatchToEnd(ServiceClient& client, const std::string& id, bool json, bool quiet, bool steps) {
+  WatchPrinter printer(json, quiet, steps);
   Status s = client.Watch(id, [&](const v1::JobEvent& e) {
     printer.Print(e);
     return true;

@@ -30,6 +30,7 @@ int CodeFor(const Status& s);
 
 // Watches `id` to its end, printing as WatchPrinter does; returns ExitCodeOf(final state) or 1
 // when the watch failed.
-int WatchToEnd(ServiceClient& client, const std::string& id, bool json, bool quiet);
+int WatchToEnd(ServiceClient& client, const std::string& id, bool json, bool quiet,
+               bool steps = false);
 
 }  // namespace trainyard::client

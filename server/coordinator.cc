@@ -28,6 +28,10 @@ const char* JobStateName(JobState state) {
   }
 }
 
+std::string CancelReason(const Job& job) {
+  return job.cancelled_by().empty() ? "cancelled" : "cancelled by " + job.cancelled_by();
+}
+
 bool IsFinal(JobState s) {
   return s == trainyard::v1::SUCCEEDED || s == trainyard::v1::FAILED ||
          s == trainyard::v1::CANCELLED;
@@ -166,7 +170,8 @@ Status Coordinator::Emit(Entry& e, JobEvent event) {
   return s;
 }
 
-Status Coordinator::Transition(Entry& e, JobState to, const std::string& reason) {
+Status Coordinator::Transition(Entry& e, JobState to, const std::string& reason,
+                               const std::string& actor) {
   const JobState from = e.job.state();
   e.job.set_state(to);
   e.job.set_reason(reason);
@@ -176,8 +181,10 @@ Status Coordinator::Transition(Entry& e, JobState to, const std::string& reason)
   change->set_to(to);
   change->set_reason(reason);
   change->set_attempt(e.job.attempts_size());
+  change->set_actor(actor);
   TY_LOG(INFO) << "job " << e.job.id() << ": " << JobStateName(from) << " -> "
-               << JobStateName(to) << (reason.empty() ? "" : ": " + reason);
+               << JobStateName(to) << (reason.empty() ? "" : ": " + reason)
+               << (actor.empty() ? "" : " (by " + actor + ")");
   Status s = Emit(e, std::move(event));
   if (IsFinal(to)) {
     for (auto& w : e.watchers) {
@@ -188,7 +195,7 @@ Status Coordinator::Transition(Entry& e, JobState to, const std::string& reason)
   return s;
 }
 
-StatusOr<Job> Coordinator::Submit(const std::string& spec_json) {
+StatusOr<Job> Coordinator::Submit(const std::string& spec_json, const std::string& actor) {
   if (spec_json.size() > options_.max_spec_bytes) {
     return InvalidArgumentError("spec_json is " + std::to_string(spec_json.size()) +
                                 " bytes; at most " + std::to_string(options_.max_spec_bytes));
@@ -208,13 +215,9 @@ StatusOr<Job> Coordinator::Submit(const std::string& spec_json) {
   }
   ASSIGN_OR_RETURN(spec::JobSpec spec, spec::ParseJobSpec(*json));
   std::lock_guard<std::mutex> lock(mu_);
-  GangRequest gang{"", spec.parallelism.world_size, spec.parallelism.ranks_per_node,
-                   spec.device == "cuda"};
+  const GangRequest gang = GangOf("", spec);
   std::vector<WorkerCapacity> all;
-  for (const WorkerRegistry::Entry* w : registry_.Alive()) {
-    all.push_back({w->info.name(), w->info.host(), {},
-                   gang.gpu ? w->info.gpus_size() : w->info.cpu_slots()});
-  }
+  for (const WorkerRegistry::Entry* w : registry_.Alive()) all.push_back(CapacityOf(w->info, gang.gpu));
   if (all.empty()) {
     return FailedPreconditionError("no worker is registered with the coordinator; start "
                                    "trainyard-worker on the nodes (or use trainyard local)");
@@ -227,6 +230,8 @@ StatusOr<Job> Coordinator::Submit(const std::string& spec_json) {
   if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir += "/" + id;
   Job& job = e->job;
   job.set_id(id);
+  job.set_uid(RandomHex(32));
+  job.set_submitted_by(actor);
   job.set_name(spec.name);
   job.set_priority(spec.priority);
   job.set_world_size(spec.parallelism.world_size);
@@ -240,7 +245,8 @@ StatusOr<Job> Coordinator::Submit(const std::string& spec_json) {
   Entry& entry = *e;
   jobs_[id] = std::move(e);
   order_.push_back(id);
-  Status s = Transition(entry, trainyard::v1::PENDING, "");
+  Status s = Transition(entry, trainyard::v1::PENDING,
+                        actor.empty() ? "" : "submitted by " + actor, actor);
   if (!s.ok()) {
     jobs_.erase(id);
     order_.pop_back();
@@ -260,7 +266,19 @@ Job Coordinator::ForClient(const Entry& e, bool summary) const {
   return job;
 }
 
+namespace {
+
+Status CheckJobId(const std::string& id) {
+  if (id.empty()) {
+    return InvalidArgumentError("id is empty; give a job id (trainyard list shows them)");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<Job> Coordinator::GetJob(const std::string& id) {
+  RETURN_IF_ERROR(CheckJobId(id));
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = Find(id);
   if (e == nullptr) return NotFoundError("no job " + id + " (trainyard list shows the jobs)");
@@ -278,6 +296,13 @@ StatusOr<trainyard::v1::ListJobsResponse> Coordinator::ListJobs(
     char* end = nullptr;
     offset = std::strtoull(req.page_token().c_str(), &end, 10);
     if (*end != '\0') return InvalidArgumentError("page_token \"" + req.page_token() + "\" is not one this coordinator gave");
+  }
+  for (int i = 0; i < req.states_size(); ++i) {
+    const int state = req.states(i);
+    if (state == trainyard::v1::JOB_STATE_UNSPECIFIED || !trainyard::v1::JobState_IsValid(state)) {
+      return InvalidArgumentError("states[" + std::to_string(i) + "] = " + std::to_string(state) +
+                                  ": not a job state; allowed: PENDING (1) to CANCELLED (7)");
+    }
   }
   const size_t size = req.page_size() == 0 ? 100 : static_cast<size_t>(req.page_size());
   std::lock_guard<std::mutex> lock(mu_);
@@ -299,7 +324,9 @@ StatusOr<trainyard::v1::ListJobsResponse> Coordinator::ListJobs(
   return out;
 }
 
-StatusOr<Job> Coordinator::Cancel(const std::string& id, bool checkpoint) {
+StatusOr<Job> Coordinator::Cancel(const std::string& id, bool checkpoint,
+                                  const std::string& actor) {
+  RETURN_IF_ERROR(CheckJobId(id));
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = Find(id);
   if (e == nullptr) return NotFoundError("no job " + id);
@@ -307,36 +334,53 @@ StatusOr<Job> Coordinator::Cancel(const std::string& id, bool checkpoint) {
     return FailedPreconditionError("job " + id + " is already " + JobStateName(e->job.state()));
   }
   if (!e->job.cancel_requested()) {
+    const std::string reason = actor.empty() ? "cancelled" : "cancelled by " + actor;
+    TY_LOG(INFO) << "job " << id << ": " << reason << (checkpoint ? " (checkpoint first)" : "");
     e->job.set_cancel_requested(true);
     e->job.set_cancel_checkpoint(checkpoint);
+    e->job.set_cancelled_by(actor);
     if (ActiveAttempt(*e)) {
       // The ranks stop (after a checkpoint at a common step when asked); CANCELLED once they
       // have exited (CheckStopped).
-      StopRanks(*e, checkpoint, "cancelled", /*cancel=*/true);
+      StopRanks(*e, checkpoint, reason, /*cancel=*/true);
       RETURN_IF_ERROR(Commit(*e, nullptr));
     } else {
-      RETURN_IF_ERROR(Transition(*e, trainyard::v1::CANCELLED, "cancelled"));
+      RETURN_IF_ERROR(Transition(*e, trainyard::v1::CANCELLED, reason, actor));
     }
   }
   return ForClient(*e, false);
 }
 
-StatusOr<std::shared_ptr<Watcher>> Coordinator::Watch(const std::string& id) {
+StatusOr<std::shared_ptr<Watcher>> Coordinator::Watch(const std::string& id, int64_t from_seq) {
+  RETURN_IF_ERROR(CheckJobId(id));
+  if (from_seq < 0) {
+    return InvalidArgumentError("from_seq = " + std::to_string(from_seq) +
+                                ": must be 0 (the job as it is now) or an event's seq");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = Find(id);
   if (e == nullptr) return NotFoundError("no job " + id);
   auto watcher = std::make_shared<Watcher>();
-  JobEvent now;
-  now.set_time_ms(NowMs());
-  now.mutable_state()->set_to(e->job.state());
-  now.mutable_state()->set_reason(e->job.reason());
-  now.mutable_state()->set_attempt(e->job.attempts_size());
-  watcher->Push(now);
-  if (e->job.last_step().step() > 0) {
-    JobEvent step;
-    step.set_time_ms(NowMs());
-    *step.mutable_step() = e->job.last_step();
-    watcher->Push(step);
+  if (from_seq > 0) {
+    // Every event is stored before it is published, and both happen under mu_: the stored
+    // ones from from_seq and then the live ones are each event exactly once.
+    ASSIGN_OR_RETURN(std::vector<JobEvent> stored, store_->LoadEvents(id));
+    for (JobEvent& event : stored) {
+      if (event.seq() >= from_seq) watcher->Push(std::move(event));
+    }
+  } else {
+    JobEvent now;
+    now.set_time_ms(NowMs());
+    now.mutable_state()->set_to(e->job.state());
+    now.mutable_state()->set_reason(e->job.reason());
+    now.mutable_state()->set_attempt(e->job.attempts_size());
+    watcher->Push(now);
+    if (e->job.last_step().step() > 0) {
+      JobEvent step;
+      step.set_time_ms(NowMs());
+      *step.mutable_step() = e->job.last_step();
+      watcher->Push(step);
+    }
   }
   if (IsFinal(e->job.state())) {
     watcher->End();
@@ -349,10 +393,14 @@ StatusOr<std::shared_ptr<Watcher>> Coordinator::Watch(const std::string& id) {
 std::vector<trainyard::v1::WorkerInfo> Coordinator::ListWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, int> used;
+  std::map<std::string, int64_t> memory;
   for (const auto& [id, e] : jobs_) {
     if (!ActiveAttempt(*e) && !e->stopping) continue;
+    const int64_t rank_memory = e->spec.device == "cuda" ? 0 : GangOf(id, e->spec).rank_memory_bytes;
     for (const auto& [rank, r] : e->ranks) {
-      if (!r.status.exited()) ++used[r.placement.worker()];
+      if (r.status.exited()) continue;
+      ++used[r.placement.worker()];
+      memory[r.placement.worker()] += rank_memory;
     }
   }
   std::vector<trainyard::v1::WorkerInfo> out;
@@ -363,6 +411,7 @@ std::vector<trainyard::v1::WorkerInfo> Coordinator::ListWorkers() {
                                                                         w.last_heartbeat)
                       .count());
     info.set_slots_in_use(used[name]);
+    info.set_memory_in_use_bytes(memory[name]);
     out.push_back(std::move(info));
   }
   return out;
@@ -407,6 +456,7 @@ void Coordinator::ResendAssignment(Entry& e, const std::string& worker) {
   WorkerCommand c;
   trainyard::v1::Assignment& as = *c.mutable_assign();
   as.set_job_id(e.job.id());
+  as.set_job_uid(e.job.uid());
   as.set_attempt(a.number());
   as.set_secret(a.secret());
   as.set_spec_json(e.job.spec_json());
@@ -439,33 +489,6 @@ void Coordinator::StopRanks(Entry& e, bool checkpoint, const std::string& reason
   }
   e.stopping = true;
   e.stop_deadline = clock_->Now() + options_.stop_timeout;
-}
-
-void Coordinator::EndAttempt(Entry& e, const std::string& reason) {
-  trainyard::v1::Attempt* a = e.job.mutable_attempts(e.job.attempts_size() - 1);
-  if (a->ended_ms() == 0) {
-    a->set_ended_ms(NowMs());
-    a->set_end_reason(reason);
-    rendezvous_.Close(e.job.id(), a->number());
-  }
-}
-
-void Coordinator::AbortAttempt(Entry& e, const std::string& reason, bool restartable) {
-  EndAttempt(e, reason);
-  StopRanks(e, /*checkpoint=*/false, reason, /*cancel=*/false);
-  if (e.job.cancel_requested()) {
-    (void)Transition(e, trainyard::v1::CANCELLED, "cancelled; " + reason);
-  } else if (restartable && e.job.restarts() < e.job.max_restarts()) {
-    e.job.set_restarts(e.job.restarts() + 1);
-    (void)Transition(e, trainyard::v1::RESTARTING,
-                     reason + "; restart " + std::to_string(e.job.restarts()) + " of " +
-                         std::to_string(e.job.max_restarts()) + " from the latest checkpoint");
-  } else {
-    (void)Transition(e, trainyard::v1::FAILED,
-                     restartable ? reason + "; no restarts left (fault_tolerance.max_restarts = " +
-                                       std::to_string(e.job.max_restarts()) + ")"
-                                 : reason);
-  }
 }
 
 }  // namespace trainyard::server

@@ -80,14 +80,19 @@ class Coordinator {
   ~Coordinator();
 
   // ---- Clients ----
-  // InvalidArgument listing every problem of the spec; FailedPrecondition when it can never
-  // fit the alive workers. The job is PENDING (committed) when this returns.
-  StatusOr<trainyard::v1::Job> Submit(const std::string& spec_json);
+  // InvalidArgument listing every problem of the spec (also as field violations);
+  // FailedPrecondition when it can never fit the alive workers. The job is PENDING
+  // (committed) when this returns. `actor` names the client in events and logs ("" if none).
+  StatusOr<trainyard::v1::Job> Submit(const std::string& spec_json, const std::string& actor = "");
+  // InvalidArgument for an empty id; NotFound for an unknown one (also below).
   StatusOr<trainyard::v1::Job> GetJob(const std::string& id);
+  // InvalidArgument for a page size, page token or state outside what the API allows.
   StatusOr<trainyard::v1::ListJobsResponse> ListJobs(const trainyard::v1::ListJobsRequest& req);
-  StatusOr<trainyard::v1::Job> Cancel(const std::string& id, bool checkpoint);
-  // The job's current state first (see service.proto), then its events until it ends.
-  StatusOr<std::shared_ptr<Watcher>> Watch(const std::string& id);
+  StatusOr<trainyard::v1::Job> Cancel(const std::string& id, bool checkpoint,
+                                      const std::string& actor = "");
+  // from_seq 0: the job's current state first, then its events until it ends; from_seq n:
+  // the stored events from seq n, then the new ones (service.proto, WatchJob).
+  StatusOr<std::shared_ptr<Watcher>> Watch(const std::string& id, int64_t from_seq = 0);
   std::vector<trainyard::v1::WorkerInfo> ListWorkers();
 
   // ---- Workers ----
@@ -160,17 +165,32 @@ class Coordinator {
   Status Commit(Entry& e, const trainyard::v1::JobEvent* event);
   // Stores (unless a step) and publishes `event` to the job's watchers.
   Status Emit(Entry& e, trainyard::v1::JobEvent event);
-  Status Transition(Entry& e, trainyard::v1::JobState to, const std::string& reason);
+  Status Transition(Entry& e, trainyard::v1::JobState to, const std::string& reason,
+                    const std::string& actor = "");
   bool ActiveAttempt(const Entry& e) const;  // SCHEDULED or RUNNING
   void StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacement> ranks);
   // Queues the current attempt's assignment of `worker`'s ranks (a repeat starts nothing).
   void ResendAssignment(Entry& e, const std::string& worker);
   // Ends the current attempt: stops its ranks and restarts the job or fails it.
   void AbortAttempt(Entry& e, const std::string& reason, bool restartable = true);
+  // How a rank's failure ends an attempt (coordinator_faults.cc).
+  struct RankFailure {
+    std::string reason;
+    int exit_code = 0;   // the rank's; 0 for a hang or an exit 0 before the last step
+    int64_t step = 0;    // the step the rank had reached; 0: unknown
+    bool restartable = true;
+  };
+  // Records `f` in the attempt (Attempt.failed_exit_code, failed_step) and aborts it; fails the
+  // job instead of restarting it when the previous attempt failed the same way (exit code) at
+  // the same known step: a deterministic failure, which a restart would only repeat.
+  void FailAttempt(Entry& e, const RankFailure& f);
   void EndAttempt(Entry& e, const std::string& reason);
   void StopRanks(Entry& e, bool checkpoint, const std::string& reason, bool cancel);
   void Send(const std::string& worker, trainyard::v1::WorkerCommand command);
   void OnRankStatus(const std::string& worker, const trainyard::v1::RankStatus& s);
+  // A rank of the running attempt exited: the job succeeds once every rank exited 0 at its
+  // last step; an exit 0 before the last step (unasked) or non-zero fails the attempt
+  // (coordinator_faults.cc, as CheckHang).
   void OnRankExit(Entry& e, RankRuntime& r);
   void MaybeRunning(Entry& e);  // SCHEDULED -> RUNNING once every rank was heard from
   void CheckStopped(Entry& e);
@@ -197,6 +217,10 @@ class Coordinator {
 };
 
 const char* JobStateName(trainyard::v1::JobState state);
+// "rank 1 on w1 (10.0.0.7)": how reasons and diagnoses name a rank.
+std::string RankName(const trainyard::v1::RankPlacement& p);
+// "cancelled", or "cancelled by <client>".
+std::string CancelReason(const trainyard::v1::Job& job);
 bool IsFinal(trainyard::v1::JobState state);
 
 }  // namespace trainyard::server

@@ -28,7 +28,10 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       samples_per_second_(Gauge(r, "trainyard_job_samples_per_second", "Training throughput of a job's latest step, all ranks")),
       tokens_per_second_(Gauge(r, "trainyard_job_tokens_per_second", "Training throughput of a job's latest step in tokens, all ranks")),
       eta_(Gauge(r, "trainyard_job_eta_seconds", "Estimated time left for a job")),
-      restarts_(Gauge(r, "trainyard_job_restarts", "Attempts of a job that were aborted and restarted")),
+      restarts_(prometheus::BuildCounter()
+                    .Name("trainyard_job_restarts_total")
+                    .Help("Attempts of a job that were aborted and restarted")
+                    .Register(r)),
       hung_(Gauge(r, "trainyard_job_hung", "1 when a job's latest attempt was ended by a hang diagnosis")),
       stragglers_(Gauge(r, "trainyard_job_stragglers", "Ranks of a job flagged as stragglers now")),
       heartbeat_latency_(prometheus::BuildHistogram()
@@ -54,9 +57,10 @@ void CoordinatorMetrics::Update(const Coordinator::Snapshot& s) {
     if (now.count(id)) continue;
     const prometheus::Labels job{{"job", id}};
     for (auto* family : {&step_, &total_steps_, &loss_, &samples_per_second_, &tokens_per_second_,
-                         &eta_, &restarts_, &hung_, &stragglers_}) {
+                         &eta_, &hung_, &stragglers_}) {
       family->Remove(&family->Add(job));
     }
+    restarts_.Remove(&restarts_.Add(job));
     for (int st = trainyard::v1::PENDING; st <= trainyard::v1::CANCELLED; ++st) {
       state_.Remove(&state_.Add(StateLabels(id, static_cast<trainyard::v1::JobState>(st))));
     }
@@ -74,7 +78,9 @@ void CoordinatorMetrics::Update(const Coordinator::Snapshot& s) {
     samples_per_second_.Add(job).Set(j.last_step.samples_per_second());
     tokens_per_second_.Add(job).Set(j.last_step.tokens_per_second());
     eta_.Add(job).Set(IsFinal(j.state) ? 0 : j.last_step.eta_seconds());
-    restarts_.Add(job).Set(j.restarts);
+    // The record only grows: the counter takes what it gained since the last Update.
+    prometheus::Counter& restarts = restarts_.Add(job);
+    if (j.restarts > restarts.Value()) restarts.Increment(j.restarts - restarts.Value());
     hung_.Add(job).Set(j.hung ? 1 : 0);
     stragglers_.Add(job).Set(j.stragglers);
   }

@@ -1,8 +1,9 @@
 // The coordinator's Prometheus metrics (served on /metrics by the coordinator's main): jobs by
 // state, queue length, workers, and per job its state (a series per state, 1 for the current
-// one), step, loss, throughput, ETA, restarts, and the hang and straggler flags. Update() copies
-// a Coordinator::Snapshot into the gauges; a job's series go when it leaves the snapshot (an
-// hour after it ended).
+// one), step, loss, throughput, ETA, restarts (a counter), and the hang and straggler flags.
+// Update() copies a Coordinator::Snapshot into the gauges, and adds to a job's restart counter
+// what its record gained since (so the counter equals the record's count, also after a
+// coordinator restart); a job's series go when it leaves the snapshot (an hour after it ended).
 #pragma once
 
 #include <memory>
@@ -38,7 +39,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& samples_per_second_;
   prometheus::Family<prometheus::Gauge>& tokens_per_second_;
   prometheus::Family<prometheus::Gauge>& eta_;
-  prometheus::Family<prometheus::Gauge>& restarts_;
+  prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Gauge>& hung_;
   prometheus::Family<prometheus::Gauge>& stragglers_;
   prometheus::Histogram& heartbeat_latency_;

@@ -1,5 +1,5 @@
-// Coordinator, the worker side: registration and reconciliation, heartbeats, rank exits,
-// metrics, and the periodic checks of Tick() (coordinator.h).
+// Coordinator, the worker side: registration and reconciliation, heartbeats, metrics, and the
+// periodic checks of Tick() (coordinator.h). Rank exits and hangs: coordinator_faults.cc.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -16,15 +16,7 @@ using trainyard::v1::WorkerCommand;
 
 namespace {
 
-std::string RankName(const trainyard::v1::RankPlacement& p) {
-  return "rank " + std::to_string(p.rank()) + " on " + p.worker() + " (" + p.host() + ")";
-}
-
 double SecondsOf(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
-
-int64_t MsOf(std::chrono::nanoseconds d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
 
 Status CheckWorkerName(const std::string& name) {
   const bool ok =
@@ -55,6 +47,7 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   info.set_cpu_slots(req.cpu_slots());
   *info.mutable_gpus() = req.gpus();
   info.set_metrics_address(req.metrics_address());
+  info.set_memory_bytes(req.memory_bytes());
   registry_.Register(info);
   outbox_[req.name()].clear();
   commands_cv_.notify_all();  // an older stream of this worker ends
@@ -159,7 +152,7 @@ void Coordinator::OnRankStatus(const std::string& worker, const trainyard::v1::R
     c.mutable_cancel()->set_job_id(s.job_id());
     c.mutable_cancel()->set_attempt(s.attempt());
     c.mutable_cancel()->set_checkpoint(e->job.cancel_checkpoint());
-    c.mutable_cancel()->set_reason("cancelled");
+    c.mutable_cancel()->set_reason(CancelReason(e->job));
     Send(worker, std::move(c));
     return;
   }
@@ -174,42 +167,26 @@ void Coordinator::MaybeRunning(Entry& e) {
   }
 }
 
-void Coordinator::OnRankExit(Entry& e, RankRuntime& r) {
-  const int code = r.status.exit_code();
-  if (code == 0) {
-    const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const auto& kv) {
-      return kv.second.status.exited() && kv.second.status.exit_code() == 0;
-    });
-    if (!all) return;
-    EndAttempt(e, "");
-    e.stopping = false;
-    (void)Transition(e, trainyard::v1::SUCCEEDED, "");
-    return;
-  }
-  if (e.job.cancel_requested()) return;  // stopping as asked; CheckStopped ends it
-  std::string reason = RankName(r.placement) + " exited with code " + std::to_string(code);
-  if (code == 143) {
-    reason = RankName(r.placement) + " stopped on SIGTERM (its worker is stopping?)";
-  } else if (code > 128) {
-    reason = RankName(r.placement) + " was killed by signal " + std::to_string(code - 128);
-  }
-  if (!r.status.error().empty()) reason += ": " + r.status.error();
-  // Exit code 2: the rank rejected the job itself (a bad spec, missing data): no restart helps.
-  AbortAttempt(e, reason, /*restartable=*/code != 2);
-}
-
 Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = Find(report.job_id());
   if (e == nullptr || report.attempt() != e->job.attempts_size()) {
     return OkStatus();  // from an attempt that is over: dropped
   }
+  // A report speaks for one rank (evaluations and checkpoints for rank 0), which must run on
+  // the worker that sent it: a worker cannot report for another's ranks.
+  const int rank = report.has_step() ? report.step().rank() : 0;
+  auto it = e->ranks.find(rank);
+  if (it == e->ranks.end()) return InvalidArgumentError("no rank " + std::to_string(rank));
+  if (it->second.placement.worker() != report.worker()) {
+    return PermissionDeniedError("rank " + std::to_string(rank) + " of job " + report.job_id() +
+                                 " runs on worker " + it->second.placement.worker() + ", not on " +
+                                 (report.worker().empty() ? "an unnamed worker" : report.worker()));
+  }
   JobEvent event;
   if (report.has_step()) {
     if (!ActiveAttempt(*e)) return OkStatus();
     trainyard::v1::StepMetrics m = report.step();
-    auto it = e->ranks.find(m.rank());
-    if (it == e->ranks.end()) return InvalidArgumentError("no rank " + std::to_string(m.rank()));
     it->second.last_step = m;
     // A rank that reports a step has started, whatever its worker's next heartbeat says.
     if (!it->second.reported) {
@@ -268,8 +245,8 @@ void Coordinator::CheckStopped(Entry& e) {
                     << FormatSeconds(SecondsOf(options_.stop_timeout)) << "; freeing their slots";
   }
   if (e.job.cancel_requested() && !IsFinal(e.job.state())) {
-    EndAttempt(e, "cancelled");
-    (void)Transition(e, trainyard::v1::CANCELLED, "cancelled");
+    EndAttempt(e, CancelReason(e.job));
+    (void)Transition(e, trainyard::v1::CANCELLED, CancelReason(e.job), e.job.cancelled_by());
   }
 }
 
@@ -304,32 +281,6 @@ void Coordinator::CheckLiveness(Entry& e) {
   }
 }
 
-void Coordinator::CheckHang(Entry& e) {
-  if (e.job.state() != trainyard::v1::RUNNING || e.ranks.size() < 2) return;
-  const auto now = clock_->Now();
-  std::vector<RankView> views;
-  for (const auto& [rank, r] : e.ranks) {
-    RankView v{r.placement, r.status, r.reported};
-    const int64_t since = MsOf(now - r.received);
-    v.status.set_report_age_ms(r.status.report_age_ms() + since);
-    v.status.set_phase_age_ms(r.status.phase_age_ms() + since);
-    v.status.set_collective_age_ms(r.status.collective_age_ms() + since);
-    views.push_back(std::move(v));
-  }
-  std::optional<trainyard::v1::Diagnosis> d =
-      FindHang(views, e.spec.fault_tolerance.hang_timeout_seconds);
-  if (!d) return;
-  d->set_attempt(e.job.attempts_size());
-  d->set_time_ms(NowMs());
-  TY_LOG(WARNING) << "job " << e.job.id() << ": " << d->message();
-  if (e.job.diagnoses_size() >= 100) e.job.mutable_diagnoses()->DeleteSubrange(0, 1);
-  *e.job.add_diagnoses() = *d;
-  JobEvent event;
-  *event.mutable_diagnosis() = *d;
-  (void)Emit(e, std::move(event));
-  AbortAttempt(e, d->message());
-}
-
 void Coordinator::CheckStragglers(Entry& e) {
   if (e.job.state() != trainyard::v1::RUNNING) return;
   for (const StragglerDetector::Change& c : e.stragglers->Update()) {
@@ -362,20 +313,25 @@ void Coordinator::CheckStragglers(Entry& e) {
 
 std::vector<WorkerCapacity> Coordinator::FreeCapacity(bool gpu) const {
   std::map<std::string, std::set<int>> used;
+  std::map<std::string, int64_t> memory;  // estimates of the CPU ranks placed there
   for (const auto& [id, e] : jobs_) {
     if ((!ActiveAttempt(*e) && !e->stopping) || (e->spec.device == "cuda") != gpu) continue;
+    const int64_t rank_memory = gpu ? 0 : GangOf(id, e->spec).rank_memory_bytes;
     for (const auto& [rank, r] : e->ranks) {
-      if (!r.status.exited()) used[r.placement.worker()].insert(r.placement.slot());
+      if (r.status.exited()) continue;
+      used[r.placement.worker()].insert(r.placement.slot());
+      memory[r.placement.worker()] += rank_memory;
     }
   }
   std::vector<WorkerCapacity> out;
   for (const WorkerRegistry::Entry* w : registry_.Alive()) {
     if (w->draining) continue;
-    WorkerCapacity c{
-        w->info.name(), w->info.host(), {}, gpu ? w->info.gpus_size() : w->info.cpu_slots()};
+    WorkerCapacity c = CapacityOf(w->info, gpu);
+    c.free_slots.clear();
     for (int s = 0; s < c.total_slots; ++s) {
       if (used[c.name].count(s) == 0) c.free_slots.push_back(s);
     }
+    c.memory_in_use_bytes = memory[c.name];
     out.push_back(std::move(c));
   }
   return out;
@@ -397,8 +353,7 @@ void Coordinator::Schedule() {
     std::vector<GangRequest> requests;
     for (const Entry* e : queue) {
       if ((e->spec.device == "cuda") != gpu) continue;
-      requests.push_back(
-          {e->job.id(), e->spec.parallelism.world_size, e->spec.parallelism.ranks_per_node, gpu});
+      requests.push_back(GangOf(e->job.id(), e->spec));
     }
     if (requests.empty()) continue;
     std::vector<WorkerCapacity> free = FreeCapacity(gpu);

@@ -1,9 +1,13 @@
 #include "server/grpc_services.h"
 
+#include <google/protobuf/message.h>
+#include <google/protobuf/unknown_field_set.h>
+
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
+#include "common/json.h"
 #include "common/logging.h"
 #include "proto/rpc.h"
 
@@ -12,43 +16,6 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace v1 = ::trainyard::v1;
-
-bool HasClientCertificate(const grpc::ServerContext* ctx) {
-  auto auth = ctx->auth_context();
-  return auth != nullptr && auth->IsPeerAuthenticated();
-}
-
-bool HasToken(const grpc::ServerContext* ctx, const AuthPolicy& auth) {
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) return false;
-  const std::string value(it->second.data(), it->second.size());
-  return value.rfind("Bearer ", 0) == 0 && auth.tokens.count(value.substr(7)) > 0;
-}
-
-grpc::Status CheckClient(const grpc::ServerContext* ctx, const AuthPolicy& auth) {
-  // Under mutual TLS without tokens a client must present a certificate: the CA is then the
-  // only credential there is.
-  if ((auth.tokens.empty() && !auth.mtls) || HasToken(ctx, auth) || HasClientCertificate(ctx)) {
-    return grpc::Status::OK;
-  }
-  if (auth.tokens.empty()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "this coordinator requires a client certificate (--cert and --key)");
-  }
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "missing or unknown bearer token: pass --token or set TRAINYARD_TOKEN");
-}
-
-grpc::Status CheckWorker(const grpc::ServerContext* ctx, const AuthPolicy& auth) {
-  if (auth.mtls) {
-    if (HasClientCertificate(ctx)) return grpc::Status::OK;
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "worker calls need a client certificate signed by the coordinator's CA "
-                        "(trainyard-worker --cert/--key)");
-  }
-  return CheckClient(ctx, auth);
-}
 
 Rendezvous::Scope ScopeOf(const v1::StoreScope& s) { return {s.job_id(), s.attempt(), s.secret()}; }
 
@@ -60,17 +27,78 @@ std::chrono::milliseconds StoreTimeout(int64_t ms) {
 
 }  // namespace
 
-#define TY_CHECK_CALLER(check)                      \
-  do {                                              \
-    grpc::Status _auth = (check)(ctx, auth_);       \
-    if (!_auth.ok()) return _auth;                  \
-  } while (0)
+// Declares `caller`, the identity of the call's credential, or returns the refusal.
+#define TY_IDENTIFY(caller, role)                                    \
+  StatusOr<Identity> caller##_or = auth_->Identify(*ctx, role);      \
+  if (!caller##_or.ok()) return rpc::ToGrpc(caller##_or.status());   \
+  const Identity& caller = *caller##_or;                             \
+  (void)caller
+
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+Json FieldValue(const google::protobuf::Message& m, const FieldDescriptor* f, int i);
+
+// The spec's JSON form (job.proto's field names, integers as JSON numbers, as a spec file
+// writes them), with a member "#<number>" for each field this build does not know (a newer
+// client's), which the spec reader then refuses by name.
+Json SpecToJson(const google::protobuf::Message& m) {
+  const google::protobuf::Reflection* r = m.GetReflection();
+  Json out = Json::Object();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const FieldDescriptor* f : fields) {
+    if (!f->is_repeated()) {
+      out.Set(f->name(), FieldValue(m, f, -1));
+      continue;
+    }
+    Json items = Json::Array();
+    for (int i = 0; i < r->FieldSize(m, f); ++i) items.Append(FieldValue(m, f, i));
+    out.Set(f->name(), std::move(items));
+  }
+  const google::protobuf::UnknownFieldSet& unknown = r->GetUnknownFields(m);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    out.Set("#" + std::to_string(unknown.field(i).number()), Json(true));
+  }
+  return out;
+}
+
+// Field `f` of `m`; element `i` of a repeated field, or -1 for a singular one.
+Json FieldValue(const google::protobuf::Message& m, const FieldDescriptor* f, int i) {
+  const google::protobuf::Reflection* r = m.GetReflection();
+  const bool rep = i >= 0;
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32: return Json(rep ? r->GetRepeatedInt32(m, f, i) : r->GetInt32(m, f));
+    case FieldDescriptor::CPPTYPE_INT64: return Json(rep ? r->GetRepeatedInt64(m, f, i) : r->GetInt64(m, f));
+    case FieldDescriptor::CPPTYPE_UINT32: return Json(rep ? r->GetRepeatedUInt32(m, f, i) : r->GetUInt32(m, f));
+    case FieldDescriptor::CPPTYPE_UINT64: return Json(rep ? r->GetRepeatedUInt64(m, f, i) : r->GetUInt64(m, f));
+    case FieldDescriptor::CPPTYPE_DOUBLE: return Json(rep ? r->GetRepeatedDouble(m, f, i) : r->GetDouble(m, f));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return Json(static_cast<double>(rep ? r->GetRepeatedFloat(m, f, i) : r->GetFloat(m, f)));
+    case FieldDescriptor::CPPTYPE_BOOL: return Json(rep ? r->GetRepeatedBool(m, f, i) : r->GetBool(m, f));
+    case FieldDescriptor::CPPTYPE_STRING: return Json(rep ? r->GetRepeatedString(m, f, i) : r->GetString(m, f));
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return Json((rep ? r->GetRepeatedEnum(m, f, i) : r->GetEnum(m, f))->name());
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return SpecToJson(rep ? r->GetRepeatedMessage(m, f, i) : r->GetMessage(m, f));
+  }
+  return Json();
+}
+
+}  // namespace
 
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx,
                                            const v1::SubmitJobRequest* req,
                                            v1::SubmitJobResponse* resp) {
-  TY_CHECK_CALLER(CheckClient);
-  StatusOr<v1::Job> job = c_->Submit(req->spec_json());
+  TY_IDENTIFY(caller, Role::kClient);
+  if (req->spec_source_case() == v1::SubmitJobRequest::SPEC_SOURCE_NOT_SET) {
+    return rpc::ToGrpc(InvalidArgumentError("no spec: set spec_json (JSON text) or spec (a JobSpec)"));
+  }
+  const std::string spec = req->spec_source_case() == v1::SubmitJobRequest::kSpec
+                               ? SpecToJson(req->spec()).Dump()
+                               : req->spec_json();
+  StatusOr<v1::Job> job = c_->Submit(spec, caller.name);
   if (!job.ok()) return rpc::ToGrpc(job.status());
   *resp->mutable_job() = *std::move(job);
   return grpc::Status::OK;
@@ -78,7 +106,7 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx,
 
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                                         v1::GetJobResponse* resp) {
-  TY_CHECK_CALLER(CheckClient);
+  TY_IDENTIFY(caller, Role::kClient);
   StatusOr<v1::Job> job = c_->GetJob(req->id());
   if (!job.ok()) return rpc::ToGrpc(job.status());
   *resp->mutable_job() = *std::move(job);
@@ -88,7 +116,7 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* ctx, const v1::GetJ
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* ctx,
                                           const v1::ListJobsRequest* req,
                                           v1::ListJobsResponse* resp) {
-  TY_CHECK_CALLER(CheckClient);
+  TY_IDENTIFY(caller, Role::kClient);
   StatusOr<v1::ListJobsResponse> out = c_->ListJobs(*req);
   if (!out.ok()) return rpc::ToGrpc(out.status());
   *resp = *std::move(out);
@@ -98,8 +126,8 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* ctx,
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx,
                                            const v1::CancelJobRequest* req,
                                            v1::CancelJobResponse* resp) {
-  TY_CHECK_CALLER(CheckClient);
-  StatusOr<v1::Job> job = c_->Cancel(req->id(), req->checkpoint());
+  TY_IDENTIFY(caller, Role::kClient);
+  StatusOr<v1::Job> job = c_->Cancel(req->id(), req->checkpoint(), caller.name);
   if (!job.ok()) return rpc::ToGrpc(job.status());
   *resp->mutable_job() = *std::move(job);
   return grpc::Status::OK;
@@ -108,8 +136,8 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx,
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx,
                                           const v1::WatchJobRequest* req,
                                           grpc::ServerWriter<v1::JobEvent>* writer) {
-  TY_CHECK_CALLER(CheckClient);
-  StatusOr<std::shared_ptr<Watcher>> watcher = c_->Watch(req->id());
+  TY_IDENTIFY(caller, Role::kClient);
+  StatusOr<std::shared_ptr<Watcher>> watcher = c_->Watch(req->id(), req->from_seq());
   if (!watcher.ok()) return rpc::ToGrpc(watcher.status());
   v1::JobEvent event;
   while (!ctx->IsCancelled() && !stopping_->load()) {
@@ -125,7 +153,7 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx,
 grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* ctx,
                                              const v1::ListWorkersRequest*,
                                              v1::ListWorkersResponse* resp) {
-  TY_CHECK_CALLER(CheckClient);
+  TY_IDENTIFY(caller, Role::kClient);
   for (v1::WorkerInfo& w : c_->ListWorkers()) *resp->add_workers() = std::move(w);
   return grpc::Status::OK;
 }
@@ -133,7 +161,11 @@ grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* ctx,
 grpc::Status WorkerService::RegisterWorker(grpc::ServerContext* ctx,
                                            const v1::RegisterWorkerRequest* req,
                                            v1::RegisterWorkerResponse* resp) {
-  TY_CHECK_CALLER(CheckWorker);
+  TY_IDENTIFY(caller, Role::kWorker);
+  if (Status s = caller.MayActAsWorker(req->name()); !s.ok()) {
+    TY_LOG(WARNING) << "refused RegisterWorker as " << req->name() << ": " << s.message();
+    return rpc::ToGrpc(s);
+  }
   StatusOr<v1::RegisterWorkerResponse> out = c_->RegisterWorker(*req);
   if (!out.ok()) return rpc::ToGrpc(out.status());
   *resp = *std::move(out);
@@ -145,9 +177,14 @@ grpc::Status WorkerService::RegisterWorker(grpc::ServerContext* ctx,
 // newer stream takes over) or the server stops.
 grpc::Status WorkerService::Heartbeat(
     grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::WorkerCommand, v1::WorkerHeartbeat>* stream) {
-  TY_CHECK_CALLER(CheckWorker);
+  TY_IDENTIFY(caller, Role::kWorker);
   v1::WorkerHeartbeat first;
   if (!stream->Read(&first)) return grpc::Status::OK;
+  // The first heartbeat names the worker for the whole stream (later ones must repeat it).
+  if (Status s = caller.MayActAsWorker(first.name()); !s.ok()) {
+    TY_LOG(WARNING) << "refused a heartbeat as " << first.name() << ": " << s.message();
+    return rpc::ToGrpc(s);
+  }
   Status s = ApplyHeartbeat(first);
   if (!s.ok()) return rpc::ToGrpc(s);
   StatusOr<int64_t> incarnation = c_->Incarnation(first.name());
@@ -191,12 +228,15 @@ Status WorkerService::ApplyHeartbeat(const v1::WorkerHeartbeat& hb) {
 grpc::Status WorkerService::ReportMetrics(grpc::ServerContext* ctx,
                                           grpc::ServerReader<v1::MetricsReport>* reader,
                                           v1::ReportMetricsResponse*) {
-  TY_CHECK_CALLER(CheckWorker);
+  TY_IDENTIFY(caller, Role::kWorker);
   v1::MetricsReport report;
   while (!stopping_->load() && reader->Read(&report)) {
+    // Reports speak for ranks of the worker they name, which the credential must be bound to.
+    if (Status s = caller.MayActAsWorker(report.worker()); !s.ok()) return rpc::ToGrpc(s);
     Status s = c_->ReportMetrics(report);
     if (!s.ok()) {
-      TY_LOG(WARNING) << "metrics of job " << report.job_id() << ": " << s.message();
+      TY_LOG(WARNING) << "metrics of job " << report.job_id() << " from " << report.worker()
+                      << ": " << s.message();
     }
   }
   return grpc::Status::OK;
@@ -204,13 +244,13 @@ grpc::Status WorkerService::ReportMetrics(grpc::ServerContext* ctx,
 
 grpc::Status WorkerService::StoreSet(grpc::ServerContext* ctx, const v1::StoreSetRequest* req,
                                      v1::StoreSetResponse*) {
-  TY_CHECK_CALLER(CheckWorker);
+  TY_IDENTIFY(caller, Role::kWorker);
   return rpc::ToGrpc(c_->rendezvous().Set(ScopeOf(req->scope()), req->key(), req->value()));
 }
 
 grpc::Status WorkerService::StoreGet(grpc::ServerContext* ctx, const v1::StoreGetRequest* req,
                                      v1::StoreGetResponse* resp) {
-  TY_CHECK_CALLER(CheckWorker);
+  TY_IDENTIFY(caller, Role::kWorker);
   StatusOr<std::string> v =
       c_->rendezvous().Get(ScopeOf(req->scope()), req->key(), StoreTimeout(req->timeout_ms()));
   if (!v.ok()) return rpc::ToGrpc(v.status());
@@ -220,7 +260,7 @@ grpc::Status WorkerService::StoreGet(grpc::ServerContext* ctx, const v1::StoreGe
 
 grpc::Status WorkerService::StoreWait(grpc::ServerContext* ctx, const v1::StoreWaitRequest* req,
                                       v1::StoreWaitResponse*) {
-  TY_CHECK_CALLER(CheckWorker);
+  TY_IDENTIFY(caller, Role::kWorker);
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
   return rpc::ToGrpc(
       c_->rendezvous().Wait(ScopeOf(req->scope()), keys, StoreTimeout(req->timeout_ms())));
@@ -228,7 +268,7 @@ grpc::Status WorkerService::StoreWait(grpc::ServerContext* ctx, const v1::StoreW
 
 grpc::Status WorkerService::StoreAdd(grpc::ServerContext* ctx, const v1::StoreAddRequest* req,
                                      v1::StoreAddResponse* resp) {
-  TY_CHECK_CALLER(CheckWorker);
+  TY_IDENTIFY(caller, Role::kWorker);
   StatusOr<int64_t> v = c_->rendezvous().Add(ScopeOf(req->scope()), req->key(), req->delta());
   if (!v.ok()) return rpc::ToGrpc(v.status());
   resp->set_value(*v);

@@ -5,26 +5,21 @@
 
 #include <atomic>
 #include <functional>
-#include <set>
 #include <string>
 
+#include "server/auth.h"
 #include "server/coordinator.h"
 #include "trainyard/v1/service.grpc.pb.h"
 
 namespace trainyard::server {
 
-// Who may call. With tokens, every Coordinator call needs "authorization: Bearer <token>"
-// with one of them, or a verified client certificate; with mtls, every Worker call needs a
-// verified client certificate (else, with tokens, a token).
-struct AuthPolicy {
-  std::set<std::string> tokens;
-  bool mtls = false;
-};
-
+// Every call is checked by the Authenticator (auth.h) first: Coordinator calls need the
+// client role, Worker calls the worker role, and a worker acts only under the names its
+// credential is bound to. `auth` must outlive the services.
 class CoordinatorService final : public trainyard::v1::Coordinator::Service {
  public:
-  CoordinatorService(Coordinator* c, AuthPolicy auth, const std::atomic<bool>* stopping)
-      : c_(c), auth_(std::move(auth)), stopping_(stopping) {}
+  CoordinatorService(Coordinator* c, const Authenticator* auth, const std::atomic<bool>* stopping)
+      : c_(c), auth_(auth), stopping_(stopping) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const trainyard::v1::SubmitJobRequest* req,
                          trainyard::v1::SubmitJobResponse* resp) override;
@@ -41,18 +36,23 @@ class CoordinatorService final : public trainyard::v1::Coordinator::Service {
 
  private:
   Coordinator* c_;
-  AuthPolicy auth_;
+  const Authenticator* auth_;
   const std::atomic<bool>* stopping_;
 };
+
+// The spec of a SubmitJob request as JSON text: spec_json as it is, or the JobSpec message in
+// its proto3 JSON mapping (field names as in the .proto). Fields of the message that this
+// coordinator does not know become members "#<number>", which validation reports as unknown.
+StatusOr<std::string> SpecJsonOf(const trainyard::v1::SubmitJobRequest& req);
 
 class WorkerService final : public trainyard::v1::Worker::Service {
  public:
   // `on_heartbeat_latency` (may be empty) gets, for each heartbeat that says when it was sent,
   // the seconds from sending to applied.
-  WorkerService(Coordinator* c, AuthPolicy auth, const std::atomic<bool>* stopping,
+  WorkerService(Coordinator* c, const Authenticator* auth, const std::atomic<bool>* stopping,
                 std::function<void(double)> on_heartbeat_latency = {})
       : c_(c),
-        auth_(std::move(auth)),
+        auth_(auth),
         stopping_(stopping),
         on_latency_(std::move(on_heartbeat_latency)) {}
 
@@ -79,7 +79,7 @@ class WorkerService final : public trainyard::v1::Worker::Service {
   Status ApplyHeartbeat(const trainyard::v1::WorkerHeartbeat& hb);
 
   Coordinator* c_;
-  AuthPolicy auth_;
+  const Authenticator* auth_;
   const std::atomic<bool>* stopping_;
   std::function<void(double)> on_latency_;
 };

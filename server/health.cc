@@ -1,6 +1,7 @@
 #include "server/health.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 
@@ -17,11 +18,9 @@ bool Waiting(const trainyard::v1::RankStatus& s, int64_t timeout_ms) {
   return s.collectives_issued() > s.collectives_done() && s.collective_age_ms() >= timeout_ms;
 }
 
-}  // namespace
-
-std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ranks,
-                                                 double hang_timeout_seconds) {
-  const auto timeout_ms = static_cast<int64_t>(hang_timeout_seconds * 1000);
+// Note [Naming a hung rank].
+std::optional<trainyard::v1::Diagnosis> NameHungRank(const std::vector<RankView>& ranks,
+                                                     int64_t timeout_ms) {
   // A waiter must be clearly alive: a rank that stopped just now still looks like a waiter
   // for a while (it was waiting when it stopped), and must not pass for one.
   const int64_t fresh_ms = std::min<int64_t>(timeout_ms / 2, 10000);
@@ -69,6 +68,77 @@ std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ra
     return d;
   }
   return std::nullopt;
+}
+
+bool SlowPhase(const std::string& phase) {
+  return phase == "starting" || phase == "evaluate" || phase == "checkpoint";
+}
+
+// How long `s` has made no progress: no phase change and no completed collective (both ages
+// include any silence since its last report).
+int64_t QuietMs(const trainyard::v1::RankStatus& s) {
+  return std::min(s.phase_age_ms(), s.collective_age_ms());
+}
+
+// "rank 0 on w0 (h0) no report for 65.0 s, last in phase backward at step 41", or "... in
+// phase data for 70.0 s at step 41".
+std::string DescribeQuiet(const RankView& r, bool silent) {
+  const trainyard::v1::RankStatus& s = r.status;
+  std::string out = "rank " + std::to_string(r.placement.rank()) + " on " + r.placement.worker() +
+                    " (" + r.placement.host() + ") ";
+  if (silent) {
+    out += "no report for " + FormatSeconds(s.report_age_ms() / 1000.0) + ", last in phase " +
+           s.phase();
+  } else {
+    out += "in phase " + s.phase() + " for " + FormatSeconds(QuietMs(s) / 1000.0);
+  }
+  out += " at step " + std::to_string(s.step());
+  if (s.collectives_issued() > s.collectives_done()) {
+    out += ", in collective #" + std::to_string(s.collectives_done() + 1);
+  }
+  return out;
+}
+
+// Note [A job that makes no progress].
+std::optional<trainyard::v1::Diagnosis> FindStall(const std::vector<RankView>& ranks,
+                                                  int64_t timeout_ms) {
+  const RankView* longest = nullptr;
+  int64_t job_quiet_ms = INT64_MAX;
+  std::string described;
+  for (const RankView& r : ranks) {
+    if (r.status.exited()) continue;
+    if (!r.reported) return std::nullopt;
+    const bool silent = r.status.report_age_ms() >= timeout_ms;
+    const double allowance = SlowPhase(r.status.phase()) ? kSlowPhaseFactor * timeout_ms
+                                                         : static_cast<double>(timeout_ms);
+    const int64_t quiet_ms = QuietMs(r.status);
+    if (!silent && static_cast<double>(quiet_ms) < allowance) return std::nullopt;
+    job_quiet_ms = std::min(job_quiet_ms, quiet_ms);
+    if (longest == nullptr || quiet_ms > QuietMs(longest->status)) longest = &r;
+    described += (described.empty() ? "" : "; ") + DescribeQuiet(r, silent);
+  }
+  if (longest == nullptr) return std::nullopt;  // every rank exited
+  trainyard::v1::Diagnosis d;
+  d.set_kind(trainyard::v1::Diagnosis::HANG);
+  d.set_rank(longest->placement.rank());
+  d.set_worker(longest->placement.worker());
+  d.set_host(longest->placement.host());
+  d.set_phase(longest->status.phase());
+  d.set_step(longest->status.step());
+  d.set_seconds(job_quiet_ms / 1000.0);
+  d.set_message("no rank made progress for " + FormatSeconds(d.seconds()) +
+                ", over the hang timeout of " + FormatSeconds(timeout_ms / 1000.0) + ": " +
+                described);
+  return d;
+}
+
+}  // namespace
+
+std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ranks,
+                                                 double hang_timeout_seconds) {
+  const auto timeout_ms = static_cast<int64_t>(hang_timeout_seconds * 1000);
+  if (auto d = NameHungRank(ranks, timeout_ms)) return d;
+  return FindStall(ranks, timeout_ms);
 }
 
 void StragglerDetector::AddStep(int rank, double compute_seconds) {

@@ -11,6 +11,24 @@
 // stuck loader, a deadlock). A rank that stops while it waits itself looks like a waiter until
 // its reports are stale, so waiters must be fresh, not merely unexpired. Evaluation and
 // checkpointing are progress: only rank 0 evaluates while the others wait for it.
+//
+// Note [A job that makes no progress]: when no rank waits (every rank stopped by SIGSTOP, the
+// only rank of a one-rank job stuck, every rank waiting in a collective that never completes)
+// the rule above names nobody. So the job is also hung when none of its running ranks has made
+// progress for the hang timeout, whatever the world size. A rank makes progress when its phase
+// changes (every step runs through data, forward, ...: a completed step is a phase change) or
+// a collective of it completes. A rank is quiet when
+//   - its reports stopped for the timeout (a stopped process: the reporting thread runs in
+//     every phase, from before the rendezvous to the exit), or
+//   - it reports but has made no progress for the timeout; in a phase where long silence is
+//     legitimate ("starting": the rendezvous, loading data and a checkpoint before the first
+//     step; "evaluate"; "checkpoint") for kSlowPhaseFactor times the timeout instead. We chose
+//     a longer allowance over excluding those phases: a rank stuck forever in one of them
+//     still ends the attempt, only later, where an exclusion would leave the job RUNNING
+//     forever.
+// The job is hung when every rank that has not exited is quiet. Counting a completed
+// collective as progress keeps this rule from firing before the one above, which names the
+// culprit. A rank not heard from yet (after a coordinator restart) gives no verdict.
 #pragma once
 
 #include <deque>
@@ -32,10 +50,19 @@ struct RankView {
 // "5.2 s": how the coordinator's verdicts and reasons write a duration.
 std::string FormatSeconds(double seconds);
 
-// The hung rank of `ranks` by Note [Naming a hung rank], or nullopt. The diagnosis names the
-// rank, its worker and host, its last phase and step, and the collective the others wait in.
+// The hung rank of `ranks` by Note [Naming a hung rank]; else, when the whole job made no
+// progress by Note [A job that makes no progress], a diagnosis of the job; else nullopt. The
+// first names the rank, its worker and host, its last phase and step, and the collective the
+// others wait in. The second carries the rank quiet the longest in rank, worker, host, phase
+// and step, how long the job made no progress in seconds and collective_seq 0; its message
+// names every running rank with its worker, last phase and step and how long it was quiet.
+// The ages in the views must be current (the caller adds the time since each report).
 std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ranks,
                                                  double hang_timeout_seconds);
+
+// Note [A job that makes no progress]: how many hang timeouts a rank that still reports may
+// stay in "starting", "evaluate" or "checkpoint" before it counts as quiet.
+inline constexpr double kSlowPhaseFactor = 10;
 
 // Flags ranks whose mean compute time per step (the step without its all-reduce wait) over the
 // last `window` steps is above factor x the median of the other ranks' means; a flag clears when the

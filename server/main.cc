@@ -8,6 +8,7 @@
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include "proto/rpc.h"
 #include "server/coordinator_metrics.h"
 #include "server/grpc_services.h"
+#include "server/reflection.h"
 
 namespace {
 
@@ -31,30 +33,36 @@ using namespace trainyard;
 using namespace std::chrono_literals;
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_reload{false};
 void OnSignal(int) { g_stop = true; }
+void OnHangup(int) { g_reload = true; }
+
+// SIGHUP re-reads the tokens file (operators rotate tokens without a restart); a file that does
+// not read keeps the tokens in use.
+void InstallReloadSignal() {
+  struct sigaction action = {};
+  action.sa_handler = OnHangup;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGHUP, &action, nullptr);
+}
+
+void ReloadTokensIfAsked(server::Authenticator& auth) {
+  if (!g_reload.exchange(false) || !auth.tokens()) return;
+  StatusOr<size_t> n = auth.Reload();
+  if (n.ok()) {
+    TY_LOG(INFO) << "tokens file reloaded (SIGHUP): " << *n << " tokens";
+  } else {
+    TY_LOG(ERROR) << "tokens file not reloaded (SIGHUP), the tokens loaded before stay: "
+                  << n.status().message();
+  }
+}
+
+// The services health checking answers for by name, besides "" (the server as a whole).
+const char* const kServiceNames[] = {"trainyard.v1.Coordinator", "trainyard.v1.Worker"};
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "trainyard-coordinator: error: %s\n", message.c_str());
   return 1;
-}
-
-StatusOr<server::AuthPolicy> ReadAuth(const Flags& f) {
-  server::AuthPolicy auth;
-  auth.mtls = !f.Get("tls-client-ca").empty();
-  const std::string& path = f.Get("tokens-file");
-  if (path.empty()) return auth;
-  std::ifstream in(path);
-  if (!in) return InvalidArgumentError("--tokens-file " + path + ": cannot read the file");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string token;
-    if (words >> token && token[0] != '#') auth.tokens.insert(token);
-  }
-  if (auth.tokens.empty()) {
-    return InvalidArgumentError("--tokens-file " + path + " holds no token (one per line)");
-  }
-  return auth;
 }
 
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const Flags& f) {
@@ -98,7 +106,9 @@ StatusOr<std::unique_ptr<grpc::Server>> StartHealthServer(const std::string& add
 }
 
 int Run(const Flags& f) {
-  StatusOr<server::AuthPolicy> auth = ReadAuth(f);
+  InstallReloadSignal();
+  StatusOr<std::unique_ptr<server::Authenticator>> auth =
+      server::Authenticator::Create(f.Get("tokens-file"), !f.Get("tls-client-ca").empty());
   if (!auth.ok()) return Fail(std::string(auth.status().message()));
   StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(f);
   if (!creds.ok()) return Fail(std::string(creds.status().message()));
@@ -142,13 +152,18 @@ int Run(const Flags& f) {
   server::CoordinatorMetrics metrics(*registry);
 
   std::atomic<bool> stopping{false};
-  server::CoordinatorService client_service(coordinator->get(), *auth, &stopping);
-  server::WorkerService worker_service(coordinator->get(), *auth, &stopping, [&](double s) {
+  server::CoordinatorService client_service(coordinator->get(), auth->get(), &stopping);
+  server::WorkerService worker_service(coordinator->get(), auth->get(), &stopping, [&](double s) {
     metrics.ObserveHeartbeatLatency(s);
   });
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // v1alpha
+  // grpc.reflection.v1, which gRPC 1.51's plugin lacks and grpcurl and Postman try first.
+  server::ReflectionV1 reflection_v1({"trainyard.v1.Coordinator", "trainyard.v1.Worker",
+                                      "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
+                                      "grpc.reflection.v1.ServerReflection"});
   grpc::ServerBuilder builder;
+  builder.RegisterCallbackGenericService(&reflection_v1);
   int port = 0;
   builder.AddListeningPort(f.Get("listen"), *creds, &port);
   builder.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
@@ -159,6 +174,9 @@ int Run(const Flags& f) {
   builder.RegisterService(&worker_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return Fail("cannot listen on " + f.Get("listen"));
+  for (const char* name : kServiceNames) {
+    server->GetHealthCheckService()->SetServingStatus(name, true);
+  }
 
   std::unique_ptr<grpc::Server> health_server;
   std::string health_address;
@@ -177,8 +195,8 @@ int Run(const Flags& f) {
   const std::string metrics_address = mlisten.substr(0, mlisten.rfind(':')) + ":" +
                                       std::to_string(metrics_ports.empty() ? 0 : metrics_ports[0]);
   TY_LOG(INFO) << "coordinator listening on " << address << " ("
-               << (f.Get("tls-cert").empty() ? "plaintext" : auth->mtls ? "mutual TLS" : "TLS")
-               << (auth->tokens.empty() ? "" : ", tokens") << "), metrics on http://"
+               << (f.Get("tls-cert").empty() ? "plaintext" : (*auth)->mtls() ? "mutual TLS" : "TLS")
+               << ((*auth)->tokens() ? ", tokens" : "") << "), metrics on http://"
                << metrics_address << "/metrics, jobs in " << state_dir << "/jobs.db"
                << (health_address.empty() ? "" : ", health (plaintext) on " + health_address);
   if (!f.Get("ready-file").empty()) {
@@ -192,11 +210,15 @@ int Run(const Flags& f) {
 
   ScopedStopSignals signals(OnSignal);
   while (!g_stop.load()) {
+    ReloadTokensIfAsked(**auth);
     (*coordinator)->Tick();
     metrics.Update((*coordinator)->GetSnapshot());
     std::this_thread::sleep_for(100ms);
   }
   TY_LOG(INFO) << "coordinator stopping";
+  for (const char* name : kServiceNames) {
+    server->GetHealthCheckService()->SetServingStatus(name, false);
+  }
   stopping = true;
   if (health_server) health_server->Shutdown(std::chrono::system_clock::now() + 1s);
   server->Shutdown(std::chrono::system_clock::now() + 2s);
@@ -216,7 +238,9 @@ int main(int argc, char** argv) {
       .Value("tls-cert", "", "PEM certificate chain of this server (turns TLS on)")
       .Value("tls-key", "", "PEM private key of --tls-cert")
       .Value("tls-client-ca", "", "PEM CA of client certificates: mutual TLS, required of workers")
-      .Value("tokens-file", "", "bearer tokens clients must send, one per line")
+      .Value("tokens-file", "",
+             "bearer tokens, one per line: TOKEN NAME [client|worker|worker=PATTERN] "
+             "(re-read on SIGHUP)")
       .Switch("insecure-plaintext", "allow plaintext on a non-loopback --listen")
       .Value("health-listen", "",
              "plaintext address serving only grpc.health.v1, for probes (off when empty)")

@@ -1,5 +1,8 @@
 #include "server/rendezvous.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 namespace trainyard::server {
 
 void Rendezvous::Open(const Scope& scope) {
@@ -99,15 +102,21 @@ StatusOr<int64_t> Rendezvous::Add(const Scope& scope, const std::string& key, in
   int64_t n = 0;
   if (!v.empty()) {
     char* end = nullptr;
+    errno = 0;
     n = std::strtoll(v.c_str(), &end, 10);
-    if (*end != '\0') {
+    if (*end != '\0' || errno == ERANGE) {
       return FailedPreconditionError("rendezvous key " + key + " holds a non-integer value");
     }
   }
-  n += delta;
-  v = std::to_string(n);
+  int64_t sum = 0;
+  if (__builtin_add_overflow(n, delta, &sum)) {
+    return InvalidArgumentError("rendezvous key " + key + " holds " + std::to_string(n) +
+                                "; adding " + std::to_string(delta) +
+                                " would overflow a 64-bit integer; use a new key");
+  }
+  v = std::to_string(sum);
   cv_.notify_all();
-  return n;
+  return sum;
 }
 
 }  // namespace trainyard::server

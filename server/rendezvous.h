@@ -34,6 +34,9 @@ class Rendezvous {
                             std::chrono::milliseconds timeout);
   Status Wait(const Scope& scope, const std::vector<std::string>& keys,
               std::chrono::milliseconds timeout);
+  // Adds `delta` to the integer in `key` (absent: 0) and returns the sum; FailedPrecondition
+  // when the key holds no int64, InvalidArgument (the value unchanged) when the sum would not
+  // fit in one.
   StatusOr<int64_t> Add(const Scope& scope, const std::string& key, int64_t delta);
 
   static constexpr size_t kMaxKeyBytes = 1024;

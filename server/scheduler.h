@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "proto/job_spec.h"
 #include "trainyard/v1/service.pb.h"
 
 namespace trainyard::server {
@@ -19,6 +20,11 @@ struct WorkerCapacity {
   std::string host;
   std::vector<int> free_slots;  // slot indices not in use, ascending
   int total_slots = 0;
+  // Memory: what its CPU ranks may use in all and what ranks placed there take (estimates);
+  // each slot's own memory for GPU slots. 0 (unknown): no memory check.
+  int64_t memory_bytes = 0;
+  int64_t memory_in_use_bytes = 0;
+  int64_t slot_memory_bytes = 0;
 };
 
 struct GangRequest {
@@ -26,7 +32,24 @@ struct GangRequest {
   int world_size = 1;
   int ranks_per_node = 0;  // 0: any number of ranks per worker
   bool gpu = false;
+  // Each rank's memory (spec::EstimateRankMemory; 0: unknown, no check), and its Describe()
+  // for messages.
+  int64_t rank_memory_bytes = 0;
+  std::string rank_memory;
 };
+
+// The request for job `job_id` of `spec`, with spec::EstimateRankMemory's estimate per rank
+// (a text job's vocabulary taken as 256 characters, since only the data knows it).
+GangRequest GangOf(const std::string& job_id, const spec::JobSpec& spec);
+
+// A worker as the scheduler sees it, every slot and all its memory free (the caller takes out
+// what is in use): CPU slots and memory for cpu jobs, GPUs and the smallest GPU's memory for
+// cuda jobs.
+WorkerCapacity CapacityOf(const trainyard::v1::WorkerInfo& info, bool gpu);
+
+// How many of `job`'s ranks `w` can take now: its free slots, fewer where its free memory (or a
+// GPU's own) does not hold that many ranks.
+size_t RanksThatFit(const WorkerCapacity& w, const GangRequest& job);
 
 // Ranks 0..world_size-1 on `workers`' free slots, or nullopt when they do not fit now. Ranks on
 // one worker get consecutive numbers. With ranks_per_node == 0 the job is packed onto as few
@@ -35,8 +58,9 @@ struct GangRequest {
 std::optional<std::vector<trainyard::v1::RankPlacement>> PlaceGang(
     const GangRequest& job, const std::vector<WorkerCapacity>& workers);
 
-// OkStatus when the job fits on `workers` with every slot free; else FailedPrecondition saying
-// what it needs and what is registered (the job can never run here).
+// OkStatus when the job fits on `workers` with every slot and all memory free; else
+// FailedPrecondition saying what it needs (slots, or memory per rank) and what is registered
+// (the job can never run here).
 Status CheckCanEverFit(const GangRequest& job, const std::vector<WorkerCapacity>& workers);
 
 // One scheduling pass over `queue` (in queue order: priority, then submit order) against

@@ -386,6 +386,7 @@ trainyard::v1::MetricsReport Step(const std::string& job_id, int rank, int64_t s
   trainyard::v1::MetricsReport r;
   r.set_job_id(job_id);
   r.set_attempt(1);
+  r.set_worker(rank == 0 ? "a" : "b");  // where StartJob placed the rank
   trainyard::v1::StepMetrics* m = r.mutable_step();
   m->set_rank(rank);
   m->set_step(step);
@@ -417,6 +418,16 @@ class StragglerTest : public CoordinatorTest {
     return id;
   }
 };
+
+TEST_F(StragglerTest, AWorkerCannotReportForAnotherWorkersRank) {
+  const std::string id = StartJobWithASlowRank();
+  trainyard::v1::MetricsReport forged = Step(id, 1, 4, 0.1, 0.0);
+  forged.set_worker("a");  // rank 1 runs on b
+  Status s = c().ReportMetrics(forged);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("rank 1 of job " + id + " runs on worker b, not on a"));
+  EXPECT_EQ(Get(id).last_step().step(), 3);
+}
 
 TEST_F(StragglerTest, RankComputingThreeTimesLongerIsFlaggedAsAStraggler) {
   const std::string id = StartJobWithASlowRank();
@@ -452,8 +463,12 @@ TEST_F(StragglerTest, AJobThatEndedHasNoStragglersInTheSnapshot) {
     return -1;
   };
   EXPECT_EQ(stragglers(), 1);
-  Heartbeat("a", {Exited(id, 1, 0, 0)});
-  Heartbeat("b", {Exited(id, 1, 1, 0)});
+  // Both finish the run's 10 steps (an exit 0 before the last step is a failure).
+  for (const auto& [worker, rank] : {std::pair<std::string, int>{"a", 0}, {"b", 1}}) {
+    RankStatus done = Exited(id, 1, rank, 0);
+    done.set_step(10);
+    Heartbeat(worker, {done});
+  }
   ASSERT_EQ(State(id), trainyard::v1::SUCCEEDED);
   EXPECT_EQ(stragglers(), 0);
 }

@@ -12,6 +12,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 constexpr double kTimeoutSeconds = 60;
 
@@ -99,12 +101,17 @@ TEST(FindHangTest, NamesNobodyWhenNobodyWaitedForTheTimeout) {
           .has_value());
 }
 
-TEST(FindHangTest, NamesNobodyWhenTheOnlyWaiterIsSilentItself) {
-  // A waiter whose reports stopped says nothing about the others.
-  EXPECT_FALSE(FindHang({Rank(0, "allreduce_wait", 65000, 70000, 8, 7, 70000),
-                         Rank(1, "backward", 65000, 65000, 7, 7, 1000)},
-                        kTimeoutSeconds)
-                   .has_value());
+TEST(FindHangTest, NamesNoRankWhenTheOnlyWaiterIsSilentItself) {
+  // A waiter whose reports stopped says nothing about the others: rank 1 is not named hung
+  // "while rank 0 waits"; the job as a whole made no progress (Note [A job that makes no
+  // progress]).
+  auto d = FindHang({Rank(0, "allreduce_wait", 65000, 70000, 8, 7, 70000),
+                     Rank(1, "backward", 65000, 65000, 7, 7, 1000)},
+                    kTimeoutSeconds);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->collective_seq(), 0);
+  EXPECT_THAT(d->message(), Not(HasSubstr("waits in collective")));
+  EXPECT_THAT(d->message(), StartsWith("no rank made progress for"));
 }
 
 TEST(FindHangTest, EvaluationAndCheckpointingAreProgressNotAHang) {
@@ -120,7 +127,81 @@ TEST(FindHangTest, EvaluationAndCheckpointingAreProgressNotAHang) {
 TEST(FindHangTest, IgnoresRanksThatExited) {
   RankView exited = Rank(1, "done", 65000, 65000, 7, 7, 1000);
   exited.status.set_exited(true);
-  EXPECT_FALSE(FindHang({Waiter(0, 70000), exited}, kTimeoutSeconds).has_value());
+  // Rank 0 progresses: nothing to say, the silent rank 1 has exited.
+  EXPECT_FALSE(FindHang({Waiter(0, 30000), exited}, kTimeoutSeconds).has_value());
+  // Rank 0 waits for 70 s: the job made no progress, and only rank 0 is named.
+  auto d = FindHang({Waiter(0, 70000), exited}, kTimeoutSeconds);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->rank(), 0);
+  EXPECT_THAT(d->message(), Not(HasSubstr("rank 1")));
+}
+
+// Note [A job that makes no progress].
+
+TEST(FindHangTest, EveryRankStoppedIsAHangNamingEachRank) {
+  // SIGSTOP on both ranks: neither waits, both went silent (rank 1 first).
+  auto d = FindHang({Rank(0, "forward", 61000, 61200, 7, 7, 61500),
+                     Rank(1, "backward", 64000, 64100, 8, 7, 64100)},
+                    kTimeoutSeconds);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->kind(), trainyard::v1::Diagnosis::HANG);
+  EXPECT_EQ(d->rank(), 1) << "the rank quiet the longest";
+  EXPECT_EQ(d->worker(), "w1");
+  EXPECT_EQ(d->host(), "h1");
+  EXPECT_EQ(d->phase(), "backward");
+  EXPECT_EQ(d->step(), 41);
+  EXPECT_EQ(d->collective_seq(), 0);
+  EXPECT_DOUBLE_EQ(d->seconds(), 61.2) << "since the job's last progress";
+  EXPECT_EQ(d->message(),
+            "no rank made progress for 61.2 s, over the hang timeout of 60.0 s: rank 0 on w0 "
+            "(h0) no report for 61.0 s, last in phase forward at step 41; rank 1 on w1 (h1) no "
+            "report for 64.0 s, last in phase backward at step 41, in collective #8");
+}
+
+TEST(FindHangTest, TheOnlyRankOfAOneRankJobStuckInAPhaseIsAHang) {
+  EXPECT_FALSE(FindHang({Rank(0, "data", 500, 59000, 0, 0, 59000)}, kTimeoutSeconds).has_value());
+  auto d = FindHang({Rank(0, "data", 500, 61000, 0, 0, 61000)}, kTimeoutSeconds);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->rank(), 0);
+  EXPECT_DOUBLE_EQ(d->seconds(), 61.0);
+  EXPECT_EQ(d->message(),
+            "no rank made progress for 61.0 s, over the hang timeout of 60.0 s: rank 0 on w0 "
+            "(h0) in phase data for 61.0 s at step 41");
+}
+
+TEST(FindHangTest, ARankThatChangesPhaseOrCompletesCollectivesMakesProgress) {
+  // Rank 1 is silent, but rank 0 moved on to a new phase 2 s ago.
+  EXPECT_FALSE(FindHang({Rank(0, "forward", 500, 2000, 7, 7, 65000),
+                         Rank(1, "backward", 65000, 65000, 7, 7, 65000)},
+                        kTimeoutSeconds)
+                   .has_value());
+  // A long backward whose gradient buckets keep completing.
+  EXPECT_FALSE(
+      FindHang({Rank(0, "backward", 500, 90000, 9, 8, 3000)}, kTimeoutSeconds).has_value());
+}
+
+TEST(FindHangTest, StartingEvaluatingAndCheckpointingGetTenTimesTheTimeout) {
+  for (const std::string phase : {"starting", "evaluate", "checkpoint"}) {
+    const int64_t allowed_ms = static_cast<int64_t>(kSlowPhaseFactor * kTimeoutSeconds * 1000);
+    EXPECT_FALSE(
+        FindHang({Rank(0, phase, 500, allowed_ms - 1000, 0, 0, allowed_ms - 1000)}, kTimeoutSeconds)
+            .has_value())
+        << phase;
+    auto d = FindHang({Rank(0, phase, 500, allowed_ms + 1000, 0, 0, allowed_ms + 1000)},
+                      kTimeoutSeconds);
+    ASSERT_TRUE(d.has_value()) << phase;
+    EXPECT_THAT(d->message(), HasSubstr("rank 0 on w0 (h0) in phase " + phase)) << phase;
+    // A rank whose reports stopped is stopped, whatever its phase.
+    EXPECT_TRUE(FindHang({Rank(0, phase, 61000, 61000, 0, 0, 61000)}, kTimeoutSeconds).has_value())
+        << phase;
+  }
+}
+
+TEST(FindHangTest, ARankNotHeardFromYetGivesNoVerdictOnTheJob) {
+  RankView unknown;  // after a coordinator restart, before its worker re-registered
+  unknown.placement.set_rank(1);
+  EXPECT_FALSE(
+      FindHang({Rank(0, "data", 500, 61000, 0, 0, 61000), unknown}, kTimeoutSeconds).has_value());
 }
 
 TEST(StragglerDetectorTest, FlagsARankThreeTimesSlowerThanTheOtherOfTwo) {

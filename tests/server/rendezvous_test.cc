@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <future>
+#include <limits>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -116,6 +117,26 @@ TEST_F(RendezvousTest, AddCountsFromZero) {
 
   ASSERT_TRUE(store_.Set(scope_, "name", "gloo").ok());
   EXPECT_EQ(store_.Add(scope_, "name", 1).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(RendezvousTest, AddPastTheInt64LimitsIsInvalidArgumentAndKeepsTheValue) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  ASSERT_EQ(*store_.Add(scope_, "n", kMax - 1), kMax - 1);
+  EXPECT_EQ(*store_.Add(scope_, "n", 1), kMax) << "the largest sum is allowed";
+  StatusOr<int64_t> sum = store_.Add(scope_, "n", 1);
+  EXPECT_EQ(sum.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sum.status().message(),
+            "rendezvous key n holds 9223372036854775807; adding 1 would overflow a 64-bit "
+            "integer; use a new key");
+  EXPECT_EQ(*store_.Get(scope_, "n", 0ms), std::to_string(kMax));
+
+  ASSERT_EQ(*store_.Add(scope_, "low", kMin), kMin);
+  EXPECT_EQ(store_.Add(scope_, "low", -1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*store_.Get(scope_, "low", 0ms), std::to_string(kMin));
+  // A value set out of int64's range is not an integer it can add to.
+  ASSERT_TRUE(store_.Set(scope_, "huge", "99999999999999999999").ok());
+  EXPECT_EQ(store_.Add(scope_, "huge", -1).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(RendezvousTest, RefusesKeysOverTheLimits) {

@@ -16,7 +16,10 @@ using trainyard::v1::RankPlacement;
 
 // A worker with `free` of its `total` slots free (the lowest ones in use).
 WorkerCapacity Worker(const std::string& name, int free, int total) {
-  WorkerCapacity w{name, name + ".host", {}, total};
+  WorkerCapacity w;
+  w.name = name;
+  w.host = name + ".host";
+  w.total_slots = total;
   for (int s = total - free; s < total; ++s) w.free_slots.push_back(s);
   return w;
 }
@@ -24,8 +27,14 @@ WorkerCapacity Worker(const std::string& name, int free, int total) {
 WorkerCapacity Idle(const std::string& name, int slots) { return Worker(name, slots, slots); }
 
 GangRequest Gang(const std::string& id, int world_size, int ranks_per_node = 0) {
-  return {id, world_size, ranks_per_node, /*gpu=*/false};
+  GangRequest g;
+  g.job_id = id;
+  g.world_size = world_size;
+  g.ranks_per_node = ranks_per_node;
+  return g;
 }
+
+constexpr int64_t kGiB = int64_t{1} << 30;
 
 // "worker:slot" of each rank, in rank order.
 std::vector<std::string> Where(const std::vector<RankPlacement>& ranks) {
@@ -118,11 +127,56 @@ TEST(SchedulerTest, CheckCanEverFitSaysWhatTheJobNeedsAndWhatIsRegistered) {
             "parallelism.world_size = 5 needs 5 CPU slots; the 2 alive workers have 4 CPU "
             "slots in all (lower world_size or add workers)");
 
-  GangRequest gpu{"j", 4, /*ranks_per_node=*/4, /*gpu=*/true};
+  GangRequest gpu = Gang("j", 4, /*ranks_per_node=*/4);
+  gpu.gpu = true;
   s = CheckCanEverFit(gpu, {Idle("a", 2), Idle("b", 2)});
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("needs 4 GPUs, 4 on each of 1 workers"));
   EXPECT_THAT(s.message(), HasSubstr("have 4 GPUs in all"));
+}
+
+// A worker takes no more ranks than their estimated memory fits: 10 GiB holds two 4 GiB ranks
+// whatever its slots, and memory other jobs' ranks hold is not free.
+TEST(SchedulerTest, PlacesNoMoreRanksOnAWorkerThanItsMemoryHolds) {
+  GangRequest job = Gang("j", 3);
+  job.rank_memory_bytes = 4 * kGiB;
+  job.rank_memory = "about 4.0 GiB per rank";
+  WorkerCapacity a = Idle("a", 4), b = Idle("b", 4);
+  a.memory_bytes = 10 * kGiB;
+  b.memory_bytes = 10 * kGiB;
+  EXPECT_EQ(RanksThatFit(a, job), 2u);
+  auto ranks = PlaceGang(job, {a, b});
+  ASSERT_TRUE(ranks.has_value());
+  EXPECT_THAT(Where(*ranks), ElementsAre("a:0", "a:1", "b:0"));
+  b.memory_in_use_bytes = 8 * kGiB;  // another job's ranks
+  EXPECT_FALSE(PlaceGang(job, {a, b}).has_value());
+  EXPECT_TRUE(CheckCanEverFit(job, {a, b}).ok()) << "it fits once the other job ends";
+
+  // Unknown memory on either side: slots alone decide.
+  WorkerCapacity unknown = Idle("u", 4);
+  EXPECT_EQ(RanksThatFit(unknown, job), 4u);
+  GangRequest unsized = Gang("k", 3);
+  EXPECT_EQ(RanksThatFit(a, unsized), 4u);
+}
+
+TEST(SchedulerTest, CheckCanEverFitSaysWhenMemoryIsWhatIsMissing) {
+  GangRequest job = Gang("j", 1);
+  job.rank_memory_bytes = 64 * kGiB;
+  job.rank_memory = "about 64.0 GiB per rank: weights ...";
+  WorkerCapacity a = Idle("a", 2);
+  a.memory_bytes = 16 * kGiB;
+  Status s = CheckCanEverFit(job, {a});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("the job needs about 64.0 GiB per rank: weights ..."));
+  EXPECT_THAT(s.message(), HasSubstr("the most any worker has is 16.0 GiB"));
+
+  // A GPU job is held against each GPU's own memory.
+  job.gpu = true;
+  WorkerCapacity g = Idle("g", 2);
+  g.slot_memory_bytes = 80 * kGiB;
+  EXPECT_EQ(RanksThatFit(g, job), 2u);
+  g.slot_memory_bytes = 40 * kGiB;
+  EXPECT_EQ(RanksThatFit(g, job), 0u);
 }
 
 }  // namespace

@@ -72,6 +72,11 @@ TEST(CliTest, SubmitWatchListDescribeAndWatchExitCodes) {
   EXPECT_NE(r.out.find("rank 1   w1 (127.0.0.1)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("progress   step 40/40"), std::string::npos) << r.out;
 
+  // --steps: each step as a line of numbers on stdout (here the finished job's last one).
+  r = Cli(cluster, {"watch", id, "--steps"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("step 40/40  loss [0-9.e-]+  lr 0.05  grad_norm "));
+
   r = Cli(cluster, {"describe", "nosuch-9"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no job nosuch-9"), std::string::npos) << r.err;

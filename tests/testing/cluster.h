@@ -143,7 +143,7 @@ struct ClusterOptions {
   int slots = 1;
   double heartbeat_timeout = 10;
   std::vector<std::string> coordinator_flags;  // e.g. TLS and tokens
-  std::vector<std::string> worker_flags;
+  std::vector<std::string> worker_flags;  // "{name}" in a flag becomes the worker's name
   client::ConnectOptions connect;  // TLS and token of the test's client
 };
 
@@ -207,7 +207,12 @@ class Cluster {
         "--work-dir", dir_ + "/w" + std::to_string(i),
         "--grace", "5"};
     // clang-format on
-    argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
+    for (std::string flag : o_.worker_flags) {
+      if (size_t at = flag.find("{name}"); at != std::string::npos) {
+        flag.replace(at, 6, "w" + std::to_string(i));
+      }
+      argv.push_back(std::move(flag));
+    }
     workers_[static_cast<size_t>(i)].Start(argv, dir_ + "/w" + std::to_string(i) + ".log");
   }
 

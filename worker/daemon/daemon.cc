@@ -136,6 +136,7 @@ class Daemon {
       if (line.Find("type")->string_value() == "step") metrics_->OnStep(who, line);
       std::optional<v1::MetricsReport> r = ToReport(who, line);
       if (!r) return;
+      r->set_worker(o_.name);
       std::lock_guard<std::mutex> lock(metrics_mu_);
       if (metrics_queue_.size() < 100000) metrics_queue_.push_back(std::move(*r));
       ++metrics_enqueued_;
@@ -245,6 +246,7 @@ class Daemon {
     req.set_name(o_.name);
     req.set_host(o_.host);
     req.set_cpu_slots(o_.cpu_slots);
+    req.set_memory_bytes(o_.memory_bytes);
     for (const v1::Gpu& g : o_.gpus) *req.add_gpus() = g;
     req.set_metrics_address(metrics_address_);
     for (const v1::RankStatus& s : Statuses()) *req.add_ranks() = s;

@@ -22,6 +22,7 @@ struct DaemonOptions {
   std::string name;  // unique among workers; default: the host name
   std::string host;  // the address peers reach this node's ranks at
   int cpu_slots = 1;
+  int64_t memory_bytes = 0;  // what its CPU ranks may use in all; 0: unknown (not checked)
   std::vector<trainyard::v1::Gpu> gpus;  // GPU slots (DiscoverGpus, gpus.h)
   std::string metrics_listen = "127.0.0.1:9601";
   std::string work_dir = "trainyard-worker";

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/flags.h"
+#include "common/host_memory.h"
 #include "common/signals.h"
 #include "worker/daemon/daemon.h"
 #include "worker/daemon/gpus.h"
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
              "coordinator, else the host name)")
       .Value("cpu-slots", "1", "ranks this worker runs at once on CPUs")
       .Value("gpus", "auto", "GPU slots: auto (every visible GPU), none, or a count")
+      .Value("memory-gib", "0",
+             "memory its CPU ranks may use in all, GiB; the coordinator places no more ranks "
+             "than their estimated memory fits (0: the machine's, or its cgroup's limit)")
       .Value("threads-per-rank", "0", "kernel threads of each rank (0: cores / cpu-slots)")
       .Value("metrics-listen", "127.0.0.1:9601", "Prometheus /metrics address (port 0 picks one)")
       .Value("work-dir", "trainyard-worker", "where rank specs are written")
@@ -64,10 +68,12 @@ int main(int argc, char** argv) {
   StatusOr<int64_t> slots = f.Int("cpu-slots", 1, 4096);
   StatusOr<int64_t> threads = f.Int("threads-per-rank", 0, 1024);
   StatusOr<double> grace = f.Double("grace", 0, 3600);
-  for (const Status& s : {slots.status(), threads.status(), grace.status()}) {
+  StatusOr<double> memory_gib = f.Double("memory-gib", 0, 1 << 24);
+  for (const Status& s : {slots.status(), threads.status(), grace.status(), memory_gib.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()));
   }
   o.cpu_slots = static_cast<int>(*slots);
+  o.memory_bytes = *memory_gib > 0 ? static_cast<int64_t>(*memory_gib * (1LL << 30)) : UsableMemoryBytes();
   StatusOr<std::vector<v1::Gpu>> gpus = daemon::DiscoverGpus(f.Get("gpus"));
   if (!gpus.ok()) return Fail(std::string(gpus.status().message()));
   o.gpus = *gpus;

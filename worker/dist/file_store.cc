@@ -162,8 +162,11 @@ StatusOr<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
     if (!ParseInt(*cur, &v)) {
       st = InvalidArgumentError("file store " + dir_ + ": add to " + Quote(key) +
                                 ": it holds a value that is not an integer");
+    } else if (__builtin_add_overflow(v, delta, &sum)) {
+      st = InvalidArgumentError("file store " + dir_ + ": add to " + Quote(key) + ": it holds " +
+                                std::to_string(v) + "; adding " + std::to_string(delta) +
+                                " would overflow a 64-bit integer; use a new key");
     }
-    sum += v;
   } else if (cur.status().code() != StatusCode::kNotFound) {
     st = cur.status();
   }

@@ -172,15 +172,21 @@ void TcpStoreServerImpl::Handle(Client& c, const std::vector<std::string>& req) 
     c.deadline = Clock::now() + milliseconds(num);
     TryFinishWait(c, num <= 0);
   } else if (op == "add" && req.size() == 3 && ParseInt(req[2], &num)) {
-    int64_t cur = 0;
+    int64_t cur = 0, sum = 0;
     auto it = data_.find(req[1]);
     if (it != data_.end() && !ParseInt(it->second, &cur)) {
       c.out +=
           EncodeFrame({"error", "key " + Quote(req[1]) + " holds a value that is not an integer"});
       return;
     }
-    data_[req[1]] = std::to_string(cur + num);
-    c.out += EncodeFrame({"ok", std::to_string(cur + num)});
+    if (__builtin_add_overflow(cur, num, &sum)) {
+      c.out += EncodeFrame({"error", "key " + Quote(req[1]) + " holds " + std::to_string(cur) +
+                                         "; adding " + std::to_string(num) +
+                                         " would overflow a 64-bit integer; use a new key"});
+      return;
+    }
+    data_[req[1]] = std::to_string(sum);
+    c.out += EncodeFrame({"ok", std::to_string(sum)});
     for (auto& [fd, other] : clients_) TryFinishWait(other, false);
   } else {
     c.out += EncodeFrame({"error", "malformed request " + Quote(op)});

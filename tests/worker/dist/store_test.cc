@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "tests/testing/temp_dir.h"
@@ -134,6 +135,22 @@ TEST_P(StoreTest, AddToANonIntegerIsInvalidArgument) {
   auto sum = store_->Add("text", 1);
   EXPECT_EQ(sum.status().code(), StatusCode::kInvalidArgument) << sum.status();
   EXPECT_NE(sum.status().message().find("\"text\""), std::string::npos) << sum.status();
+}
+
+TEST_P(StoreTest, AddPastTheInt64LimitsIsInvalidArgumentAndKeepsTheValue) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  ASSERT_EQ(*store_->Add("n", kMax), kMax);
+  auto sum = store_->Add("n", 1);
+  EXPECT_EQ(sum.status().code(), StatusCode::kInvalidArgument) << sum.status();
+  const std::string message(sum.status().message());
+  EXPECT_NE(message.find("\"n\""), std::string::npos) << message;
+  EXPECT_NE(message.find("holds 9223372036854775807; adding 1 would overflow"), std::string::npos)
+      << message;
+  EXPECT_EQ(*store_->Get("n", kShort), std::to_string(kMax));
+
+  ASSERT_EQ(*store_->Add("low", std::numeric_limits<int64_t>::min()),
+            std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(store_->Add("low", -1).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_P(StoreTest, PrefixStoresDoNotSeeEachOther) {
