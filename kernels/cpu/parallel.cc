@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -25,10 +26,11 @@ class Pool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
-  void Resize(int threads) {
+  int Resize(int threads) {
     std::lock_guard<std::mutex> job_lock(job_mu_);
     Stop();
     Start(threads);
+    return size();
   }
 
   void Run(int64_t n, int64_t grain, ChunkFn fn, const void* ctx) {
@@ -56,9 +58,14 @@ class Pool {
   }
 
  private:
+  // Starts up to threads - 1 workers; fewer when the system refuses a thread (a task or
+  // RLIMIT_NPROC limit), which size() then shows.
   void Start(int threads) {
     stop_ = false;
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+    try {
+      for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+    } catch (const std::system_error&) {
+    }
   }
 
   void Stop() {
@@ -147,10 +154,11 @@ void ParallelForImpl(int64_t n, int64_t grain, ChunkFn fn, const void* ctx) {
 
 int GetNumThreads() { return internal::g_threads.load(std::memory_order_relaxed); }
 
-void SetNumThreads(int n) {
+int SetNumThreads(int n) {
   TY_CHECK(n >= 1) << "thread count " << n << " must be at least 1";
-  internal::g_threads.store(n);
-  internal::GetPool().Resize(n);
+  const int started = internal::GetPool().Resize(n);
+  internal::g_threads.store(started);
+  return started;
 }
 
 }  // namespace trainyard::kernels::cpu

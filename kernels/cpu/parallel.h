@@ -14,8 +14,10 @@
 namespace trainyard::kernels::cpu {
 
 int GetNumThreads();
-// Resizes the pool (n >= 1). Not to be called while a ParallelFor is running.
-void SetNumThreads(int n);
+// Resizes the pool (n >= 1) and returns the threads it has now: fewer than n when the system
+// refused to start more (a pids cgroup or RLIMIT_NPROC limit). Not to be called while a
+// ParallelFor is running.
+int SetNumThreads(int n);
 
 namespace internal {
 using ChunkFn = void (*)(const void* ctx, int64_t begin, int64_t end);

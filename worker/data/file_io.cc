@@ -1,5 +1,7 @@
 #include "worker/data/file_io.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -25,7 +27,24 @@ Status OpenError(const std::string& path, int err) {
 
 // An out-parameter rather than StatusOr<std::string>: GCC 12 misreports the moved string as
 // maybe-uninitialized.
+// Data is read whole, so only a regular file will do: /dev/zero or a FIFO would be read until
+// memory runs out or for ever, a directory not at all. Checked before the open, which blocks on
+// a FIFO without a writer.
+Status CheckRegular(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return OpenError(path, errno);
+  if (S_ISREG(st.st_mode)) return OkStatus();
+  const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  return FailedPreconditionError(path + " is " + kind + "; data must be a regular file");
+}
+
 Status ReadRaw(const std::string& path, std::string* out) {
+  RETURN_IF_ERROR(CheckRegular(path));
   FilePtr f(std::fopen(path.c_str(), "rb"));
   if (!f) return OpenError(path, errno);
   char buf[1 << 16];

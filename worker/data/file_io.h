@@ -10,7 +10,7 @@ namespace trainyard::data {
 
 // The contents of `path`, decompressed when it is gzip. Errors name the path: NotFound for a
 // missing file, DataLoss for corrupt or truncated gzip, FailedPrecondition for a gzip file in a
-// build without zlib.
+// build without zlib and for anything but a regular file (/dev/zero, a FIFO, a directory).
 StatusOr<std::string> ReadFileBytes(const std::string& path);
 
 // Writes `bytes` to `path` through a temporary file beside it and a rename, so a reader never

@@ -1,5 +1,6 @@
 #include "worker/tensor/allocator.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -26,6 +27,38 @@ struct CpuAllocator::Impl {
   std::vector<void*> free_lists[kClasses];
   AllocatorStats stats;
 };
+
+namespace {
+
+// Returns every cached block to the system (before a failed allocation is retried).
+void ReleaseCached(CpuAllocator::Impl* m) {
+  std::lock_guard<std::mutex> lock(m->mu);
+  for (auto& list : m->free_lists) {
+    for (void* block : list) std::free(block);
+    m->stats.reserved_bytes -= m->stats.cached_bytes;
+    m->stats.cached_bytes = 0;
+    list.clear();
+  }
+}
+
+// The process cannot go on: says so, with what was asked and what is in use, and exits 1 (an
+// abort would dump core and name no cause; tensors have no error path for this).
+[[noreturn]] void OutOfMemory(size_t size, CpuAllocator::Impl* m) {
+  int64_t in_use = 0;
+  {
+    std::lock_guard<std::mutex> lock(m->mu);
+    in_use = m->stats.allocated_bytes - static_cast<int64_t>(size);
+  }
+  std::fprintf(stderr,
+               "error: out of memory: allocating %.1f MiB on the cpu failed with %.1f MiB of "
+               "tensors in use; the job needs more memory than this process may have: lower "
+               "batch_size, the model's size or context, or use a machine with more memory\n",
+               static_cast<double>(size) / (1 << 20), static_cast<double>(in_use) / (1 << 20));
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+}  // namespace
 
 CpuAllocator& CpuAllocator::Get() {
   static CpuAllocator* allocator = new CpuAllocator();  // never destroyed: tensors may outlive
@@ -69,7 +102,11 @@ void* CpuAllocator::Allocate(size_t nbytes) {
     m->stats.reserved_bytes += static_cast<int64_t>(size);
   }
   void* p = std::aligned_alloc(kAlign, size);
-  TY_CHECK(p != nullptr) << "out of memory allocating " << size << " bytes on cpu";
+  if (p == nullptr) {
+    ReleaseCached(m);
+    p = std::aligned_alloc(kAlign, size);
+  }
+  if (p == nullptr) OutOfMemory(size, m);
   return p;
 }
 

@@ -24,7 +24,9 @@ class CpuAllocator {
   // The process-wide allocator.
   static CpuAllocator& Get();
 
-  // Returns a block of at least `nbytes` (nullptr for 0). Aborts if the OS has no memory left.
+  // Returns a block of at least `nbytes` (nullptr for 0). When the OS has no memory left, even
+  // after the cache is returned to it, says so on stderr (the size asked for, the tensors in
+  // use, what to change) and exits the process with code 1.
   void* Allocate(size_t nbytes);
   // Returns a block from Allocate(nbytes) to the cache.
   void Free(void* ptr, size_t nbytes);
@@ -32,12 +34,13 @@ class CpuAllocator {
   AllocatorStats Stats() const;
   void ResetPeak();
 
+  struct Impl;  // allocator.cc's; opaque here
+
   // The size class Allocate(nbytes) rounds up to.
   static size_t RoundSize(size_t nbytes);
 
  private:
   CpuAllocator() = default;
-  struct Impl;
   Impl* impl();
 };
 

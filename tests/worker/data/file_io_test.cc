@@ -1,6 +1,7 @@
 #include "worker/data/file_io.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 
@@ -26,6 +27,21 @@ TEST(FileIoTest, AMissingFileIsNotFoundNamingThePath) {
   StatusOr<std::string> got = ReadFileBytes(dir.File("absent.gz"));
   EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(Has(got.status().message(), dir.File("absent.gz"))) << got.status();
+}
+
+// /dev/zero would be read until memory ran out, a FIFO without a writer for ever.
+TEST(FileIoTest, SpecialFilesAreRefusedNamingWhatTheyAre) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.File("fifo").c_str(), 0600), 0);
+  const std::pair<std::string, std::string> cases[] = {{"/dev/zero", "a character device"},
+                                                       {dir.File("fifo"), "a FIFO"},
+                                                       {dir.path(), "a directory"}};
+  for (const auto& [path, kind] : cases) {
+    StatusOr<std::string> got = ReadFileBytes(path);
+    EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition) << path;
+    EXPECT_TRUE(Has(got.status().message(), path + " is " + kind + "; data must be a regular file"))
+        << got.status();
+  }
 }
 
 TEST(FileIoTest, WriteReplacesTheFileAndLeavesNoTemporary) {
