@@ -1,10 +1,11 @@
 // trainyard: the command-line client. `train` runs on this machine without the service (in
 // one process, or as several with --nproc); the other commands talk to a coordinator, and
-// `local` runs the service itself on this machine.
+// `local` runs the service itself on this machine; `plot` draws a run's metrics file.
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "client/plot.h"
 #include "client/train_command.h"
 #ifdef TY_HAVE_SERVICE
 #include "client/service_commands.h"
@@ -30,6 +31,7 @@ constexpr const char* kHelp =
     "  watch JOB            follow a job with a progress bar until it ends\n"
     "  cancel JOB           cancel a job (--checkpoint saves one first)\n"
     "  workers              list the registered workers\n"
+    "  plot RUN             draw a run's loss (or --metric NAME) against the step as SVG\n"
     "  version              print the version\n"
     "  help                 print this help\n"
     "\n"
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "train") return trainyard::client::RunTrainCommand(args);
+  if (command == "plot") return trainyard::client::RunPlotCommand(args);
   if (command == "version" || command == "--version") {
     std::printf("trainyard %s\n", kVersion);
     return 0;
@@ -59,7 +62,7 @@ int main(int argc, char** argv) {
 #endif
   std::fprintf(stderr,
                "trainyard: error: unknown command \"%s\"; commands: train, local, submit, list, "
-               "describe, watch, cancel, workers, version, help\n",
+               "describe, watch, cancel, workers, plot, version, help\n",
                command.c_str());
   return 2;
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "client/launch.h"
 #include "common/signals.h"
 #include "client/spec_file.h"
+#include "client/train_preflight.h"
 #include "common/json.h"
 #include "kernels/cpu/parallel.h"
 #include "worker/dist/process_group.h"
@@ -29,10 +31,16 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: trainyard train SPEC.yaml [-o json] [--set path=value]... [--quiet] [--nproc N]\n"
+    "                       [--fresh] [--resume-from STEP_DIR]\n"
     "  SPEC.yaml      a job spec (YAML, or JSON by its .json name): proto/trainyard/v1/job.proto\n"
     "  -o json        print the final summary as one JSON object on stdout\n"
     "  --set p=v      override one spec field, e.g. --set steps=200 --set optimizer.sgd.lr=0.05\n"
     "  --quiet        no progress line (errors and the summary still print)\n"
+    "  --fresh        start at step 0: move checkpoint.dir's contents (checkpoints, metrics)\n"
+    "                 into checkpoint.dir/previous-<time>/ first, keeping them\n"
+    "  --resume-from STEP_DIR  continue the run that wrote this checkpoint, even another run's\n"
+    "                 (checkpoint.resume_from); checkpoint.dir's own checkpoints of this run\n"
+    "                 come first\n"
     "  --nproc N      train as N processes on this machine (data parallel over gloo), each with\n"
     "                 cores/N threads unless num_threads or TY_NUM_THREADS says otherwise; rank 0\n"
     "                 prints progress and the summary, the others' errors come prefixed [rank r].\n"
@@ -265,6 +273,7 @@ struct TrainArgs {
   std::string spec_path;
   std::vector<std::string> overrides;
   bool json = false, quiet = false;
+  bool fresh = false;                  // --fresh: the launcher moves checkpoint.dir aside
   std::optional<std::string> nproc;    // --nproc's value, when given
   std::vector<std::string> rank_args;  // "train" and the arguments, without --nproc
 };
@@ -279,6 +288,10 @@ int ParseArgs(const std::vector<std::string>& args, TrainArgs* out) {
         return Fail("--nproc takes a number\n" + std::string(kUsage), 2);
       }
       out->nproc = a == "--nproc" ? args[++i] : a.substr(8);
+      continue;
+    }
+    if (a == "--fresh") {  // done once, by the launcher: not passed to ranks
+      out->fresh = true;
       continue;
     }
     out->rank_args.push_back(a);
@@ -297,6 +310,10 @@ int ParseArgs(const std::vector<std::string>& args, TrainArgs* out) {
       out->overrides.push_back(args[++i]);
     } else if (a.rfind("--set=", 0) == 0) {
       out->overrides.push_back(a.substr(6));
+    } else if (a == "--resume-from") {
+      if (i + 1 >= args.size()) return Fail("--resume-from takes a checkpoint step directory\n" + std::string(kUsage), 2);
+      out->rank_args.push_back(args[i + 1]);
+      out->overrides.push_back("checkpoint.resume_from=" + args[++i]);
     } else if (a == "--quiet" || a == "-q") {
       out->quiet = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -368,6 +385,33 @@ StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const RankEnv& env,
   return std::shared_ptr<dist::ProcessGroup>(std::move(group));
 }
 
+// A rerun of a run that finished: nothing to train. Says so (the summary's already_complete
+// with -o json) and exits 0.
+int AlreadyComplete(const TrainArgs& a, const trainer::Trainer& t, const spec::JobSpec& spec,
+                    bool rank0) {
+  if (!rank0) return 0;
+  if (a.json) {
+    trainer::TrainSummary s;
+    s.name = spec.name;
+    s.steps = t.step();
+    s.total_steps = t.total_steps();
+    s.final_train_loss = std::nan("");
+    s.checkpoint = s.resumed_from = t.resumed_from();
+    s.world_size = spec.parallelism.world_size;
+    Json out = SummaryJson(s);
+    out.Set("already_complete", true);
+    std::printf("%s\n", out.Dump().c_str());
+  } else {
+    std::fprintf(stderr,
+                 "trainyard: %s is already complete: %s is at step %lld of %lld; nothing to train "
+                 "(--set steps=N to train longer, --fresh to train again from step 0)\n",
+                 spec.name.c_str(), t.resumed_from().c_str(), static_cast<long long>(t.step()),
+                 static_cast<long long>(t.total_steps()));
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 // Trainer::Run, with SIGINT and SIGTERM asking it to stop (OnSignal).
 StatusOr<trainer::TrainSummary> RunStoppably(trainer::Trainer& trainer) {
   ScopedStopSignals signals(OnSignal);
@@ -386,6 +430,7 @@ int Train(const TrainArgs& a, const spec::JobSpec& spec,
   options.on_checkpoint = [&](const std::string& dir, int64_t) {
     progress.Note("checkpoint " + dir);
   };
+  const bool rank0 = group == nullptr || group->rank() == 0;
   options.process_group = std::move(group);
 
   StatusOr<std::unique_ptr<trainer::Trainer>> trainer = trainer::Trainer::Create(spec, options);
@@ -401,6 +446,8 @@ int Train(const TrainArgs& a, const spec::JobSpec& spec,
   if (!t.resumed_from().empty()) {
     progress.Note("resuming from " + t.resumed_from() + " at step " + std::to_string(t.step()));
   }
+  if (!t.resume_note().empty()) progress.Note("note: " + t.resume_note());
+  if (t.step() >= t.total_steps()) return AlreadyComplete(a, t, spec, rank0);
 
   StatusOr<trainer::TrainSummary> summary = RunStoppably(**trainer);
   progress.Close();
@@ -453,6 +500,10 @@ int RunTrainCommand(const std::vector<std::string>& args) {
 
   StatusOr<int> nproc = ResolveNproc(a, *spec, sets_world_size);
   if (!nproc.ok()) return Fail(std::string(nproc.status().message()) + "\n" + kUsage, 2);
+  if (Status s = CheckMemory(*spec, *nproc); !s.ok()) return Fail(std::string(s.message()), 2);
+  if (a.fresh) {
+    if (Status s = MoveAside(spec->checkpoint.dir); !s.ok()) return Fail(std::string(s.message()), 1);
+  }
   if (*nproc == 1) return Train(a, *spec, nullptr);
   LaunchOptions launch;
   launch.nproc = *nproc;

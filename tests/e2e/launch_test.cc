@@ -208,13 +208,14 @@ TEST(LaunchTest, ARankWhosePeerNeverJoinsFailsWithinTheTimeout) {
 }
 
 // 2000 samples on 3 ranks: shards of 667 (one padded sample), so a checkpoint at the end of
-// the epoch counts 2001 samples consumed; one process resumes it in the next epoch.
+// the epoch counts 2001 samples consumed; one process (the same global batch: the same run)
+// resumes it in the next epoch.
 TEST(LaunchTest, ACheckpointAtAnEpochsEndResumesOnAnotherWorldSize) {
   TempDir dir;
   const std::string spec = WriteFashionSpec(dir, 1);
   ProcessResult r = Train({spec, "--nproc", "3", "--set", "batch_size=667", "--quiet"}, 120s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = Train({spec, "--set", "steps=2", "-o", "json", "--quiet"}, 120s);
+  r = Train({spec, "--set", "steps=2", "--set", "batch_size=2001", "-o", "json", "--quiet"}, 120s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   StatusOr<Json> s = Json::Parse(r.out);
   ASSERT_TRUE(s.ok()) << s.status() << "\nstdout: " << r.out;

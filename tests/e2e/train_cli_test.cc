@@ -83,11 +83,17 @@ TEST(TrainCliTest, PrintsASummaryAsJsonAndSavesACheckpoint) {
   EXPECT_THAT(r.err, HasSubstr("step 60/60 (100.0%)"));
   EXPECT_THAT(r.err, ContainsRegex("memory [0-9.]+ [KMG]iB peak, [0-9.]+ [KMG]iB reserved"));
 
-  // The human summary goes to stdout; the finished run resumes at its end and trains nothing.
+  // The finished run, run again, says it is already complete, trains nothing and exits 0.
   ProcessResult again = Train({dir.path() + "/spec.yaml"});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_THAT(again.err, HasSubstr("resuming from " + dir.path() + "/ckpt/step-00000060"));
-  EXPECT_THAT(again.out, HasSubstr("csv-test: 60 steps (0 in this run)"));
+  EXPECT_THAT(again.err, HasSubstr("csv-test is already complete"));
+  again = Train({dir.path() + "/spec.yaml", "-o", "json"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  Json done = SummaryOf(again);
+  EXPECT_EQ(*done.Find("already_complete"), Json(true));
+  EXPECT_EQ(Number(done, "steps"), 60);
+  EXPECT_EQ(Number(done, "steps_this_run"), 0);
 }
 
 TEST(TrainCliTest, BadSpecsAndUsageExitWithTwoAndSayWhatIsWrong) {
@@ -156,6 +162,89 @@ TEST(TrainCliTest, SigintSavesACheckpointAndTheNextRunResumesFromIt) {
   Json resumed = SummaryOf(r);
   EXPECT_EQ(Number(resumed, "steps_this_run"), 5);
   EXPECT_EQ(*resumed.Find("resumed_from"), Json(dir.path() + "/ckpt/" + name));
+
+  // metrics.jsonl is one continuous history across the stop: steps 1 .. stopped + 5, once each
+  // (the run stopped at a step boundary, so nothing was trained twice), and `trainyard plot`
+  // draws it.
+  std::ifstream in(dir.path() + "/ckpt/metrics.jsonl");
+  int64_t expected = 1;
+  for (std::string line; std::getline(in, line);) {
+    StatusOr<Json> j = Json::Parse(line);
+    ASSERT_TRUE(j.ok()) << line;
+    if (*j->Find("type") != Json("step")) continue;
+    EXPECT_EQ(*j->Find("step"), Json(expected)) << line;
+    EXPECT_TRUE(j->Find("loss")->is_number()) << line;
+    ++expected;
+  }
+  EXPECT_EQ(expected, stopped + 6);
+  r = RunProcess({kBin, "plot", dir.path() + "/ckpt", "-o", dir.path() + "/loss.svg"}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream svg(dir.path() + "/loss.svg");
+  std::stringstream text;
+  text << svg.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("<svg"));
+  EXPECT_THAT(text.str(), HasSubstr("<polyline"));
+}
+
+// Note [Run identity] as a user meets it: the same run again is already complete; twice the
+// global batch (2 ranks of the same batch) is another run, refused with the ways on; --fresh
+// moves the old run aside and trains from step 0; --resume-from continues it deliberately.
+TEST(TrainCliTest, ARunNeverContinuesAnothersCheckpoint) {
+  TempDir dir;
+  const std::string spec = WriteCsvSpec(dir, 6);
+  ProcessResult r = Train({spec, "--quiet"}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Train({spec, "--quiet"}, 120s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("csv-test is already complete: " + dir.path() +
+                               "/ckpt/step-00000006 is at step 6 of 6"));
+
+  r = Train({spec, "--quiet", "--nproc", "2", "--set", "steps=9"}, 120s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("checkpoint.dir " + dir.path() + "/ckpt holds a checkpoint of another run"));
+  EXPECT_THAT(r.err, HasSubstr("batch_size x world_size x grad_accumulation_steps: 8 there, 16 here"));
+  EXPECT_THAT(r.err, HasSubstr("--resume-from " + dir.path() + "/ckpt/step-00000006"));
+
+  // Deliberately: continues at step 6 with 2 ranks, in another directory.
+  r = Train({spec, "--quiet", "--nproc", "2", "--set", "steps=9", "--set",
+             "checkpoint.dir=" + dir.path() + "/ckpt2", "--resume-from",
+             dir.path() + "/ckpt/step-00000006", "-o", "json"},
+            120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Number(SummaryOf(r), "steps_this_run"), 3);
+
+  r = Train({spec, "--quiet", "--nproc", "2", "--set", "steps=9", "--fresh", "-o", "json"}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--fresh: moved"));
+  Json s = SummaryOf(r);
+  EXPECT_TRUE(s.Find("resumed_from")->is_null());
+  EXPECT_EQ(Number(s, "steps_this_run"), 9);
+  int kept = 0;
+  for (const auto& e : fs::directory_iterator(dir.path() + "/ckpt")) {
+    if (e.path().filename().string().rfind("previous-", 0) != 0) continue;
+    kept += fs::exists(e.path() / "step-00000006" / "manifest.json");
+    EXPECT_TRUE(fs::exists(e.path() / "metrics.jsonl")) << e.path();
+  }
+  EXPECT_EQ(kept, 1) << "the old run is kept under previous-*";
+}
+
+// A spec that validates but cannot fit this machine (1.1e12 parameters with AdamW) is refused
+// before anything is allocated, saying what it needs; special files are refused as data.
+TEST(TrainCliTest, AJobThatCannotFitOrReadsASpecialFileIsRefusedClearly) {
+  TempDir dir;
+  const std::string spec = WriteCsvSpec(dir, 5);
+  const std::string huge = dir.path() + "/huge.yaml";
+  std::ofstream(huge) << "model: {mlp: {sizes: [2, 1048576, 1048576, 3]}}\n"
+                      << "data: {csv: {path: " << dir.path() << "/data.csv}}\n"
+                      << "optimizer: {adamw: {}}\nsteps: 5\n";
+  ProcessResult r = Train({huge}, 60s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the job needs about"));
+  EXPECT_THAT(r.err, HasSubstr("this machine lets it use"));
+
+  r = Train({spec, "--set", "data.csv.path=/dev/zero"}, 60s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/dev/zero is a character device; data must be a regular file"));
 }
 
 // --- Acceptance: the examples on real data ---------------------------------------------------

@@ -244,6 +244,8 @@ int RunRank() {
   options.stop = &g_stop;
   options.process_group = group;
   options.progress = &progress;
+  options.run_uid = Env(kJobUidEnv);
+  options.job = Env(kJobEnv);
   options.on_step = [&](const trainer::StepMetrics& m) { reporter.Send(StepJson(m)); };
   options.on_eval = [&](const trainer::EvalMetrics& m) {
     reporter.Send(Json::Object({{"type", "eval"},
@@ -262,6 +264,9 @@ int RunRank() {
   if (!(*t)->resumed_from().empty()) {
     std::fprintf(stderr, "rank %d: resuming from %s at step %lld\n", place->rank,
                  (*t)->resumed_from().c_str(), static_cast<long long>((*t)->step()));
+  }
+  if (!(*t)->resume_note().empty() && place->rank == 0) {
+    std::fprintf(stderr, "rank 0: note: %s\n", (*t)->resume_note().c_str());
   }
   StatusOr<trainer::TrainSummary> summary = (*t)->Run();
   if (!summary.ok()) return finish(Fail(std::string(summary.status().message()), 1));

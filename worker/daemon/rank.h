@@ -14,6 +14,7 @@ namespace trainyard::daemon {
 // The environment a rank reads (set by RankSupervisor).
 inline constexpr const char* kCoordinatorEnv = "TRAINYARD_COORDINATOR";  // host:port
 inline constexpr const char* kJobEnv = "TRAINYARD_JOB_ID";
+inline constexpr const char* kJobUidEnv = "TRAINYARD_JOB_UID";  // Job.uid (Note [Run identity])
 inline constexpr const char* kAttemptEnv = "TRAINYARD_ATTEMPT";
 inline constexpr const char* kSecretEnv = "TRAINYARD_SECRET";
 inline constexpr const char* kRankEnv = "TRAINYARD_RANK";

@@ -105,6 +105,7 @@ Status RankSupervisor::Spawn(const trainyard::v1::Assignment& a,
   }
   env.insert(env.end(), options_.env.begin(), options_.env.end());
   env.push_back(std::string(kJobEnv) + "=" + a.job_id());
+  env.push_back(std::string(kJobUidEnv) + "=" + a.job_uid());
   env.push_back(std::string(kAttemptEnv) + "=" + std::to_string(a.attempt()));
   env.push_back(std::string(kSecretEnv) + "=" + a.secret());
   env.push_back(std::string(kRankEnv) + "=" + std::to_string(p.rank()));

@@ -112,10 +112,15 @@ nn::NamedTensors UniqueStateDict(const nn::Module& model) {
 // Writes the files of a checkpoint into the fresh directory `tmp` and makes them durable.
 Status WriteContents(const std::string& tmp, const nn::Module& model,
                      const std::vector<optim::NamedTensor>* optimizer_state,
-                     const Manifest& manifest) {
+                     Manifest manifest) {
   RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + manifest.model_file, UniqueStateDict(model)));
   if (optimizer_state != nullptr) {
     RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + *manifest.optimizer_file, *optimizer_state));
+  }
+  for (const std::optional<std::string>& file :
+       {std::optional<std::string>(manifest.model_file), manifest.optimizer_file}) {
+    if (!file) continue;
+    ASSIGN_OR_RETURN(manifest.files[*file], DigestFile(tmp + "/" + *file));
   }
   RETURN_IF_ERROR(WriteManifest(tmp + "/" + kManifestFile, manifest));
   return SyncDirectory(tmp);
@@ -147,12 +152,26 @@ bool IsRegularFile(const std::string& path) {
 }
 
 // OK when `step_dir` holds a manifest that reads back and the files it names.
+// OK when the manifest reads back and every file it names is there, with the size and CRC-32
+// it records (manifests without "files": present only).
 Status CheckComplete(const std::string& step_dir) {
   ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(step_dir + "/" + kManifestFile));
   for (const std::optional<std::string>& file :
        {std::optional<std::string>(manifest.model_file), manifest.optimizer_file}) {
-    if (file && !IsRegularFile(step_dir + "/" + *file)) {
-      return NotFoundError(Quoted(step_dir + "/" + *file) + " is missing");
+    if (!file) continue;
+    const std::string path = step_dir + "/" + *file;
+    if (!IsRegularFile(path)) return NotFoundError(Quoted(path) + " is missing");
+    auto want = manifest.files.find(*file);
+    if (want == manifest.files.end()) continue;
+    ASSIGN_OR_RETURN(FileDigest got, DigestFile(path));
+    if (!(got == want->second)) {
+      char detail[160];
+      std::snprintf(detail, sizeof(detail),
+                    " is damaged: %lld bytes with CRC-32 %08x, where the manifest records %lld "
+                    "bytes with CRC-32 %08x",
+                    static_cast<long long>(got.bytes), got.crc32,
+                    static_cast<long long>(want->second.bytes), want->second.crc32);
+      return DataLossError(Quoted(path) + detail);
     }
   }
   return OkStatus();
@@ -233,11 +252,24 @@ StatusOr<std::optional<std::string>> CheckpointManager::Latest() const {
   StatusOr<std::vector<std::string>> names = ListNames(dir_);
   if (!names.ok() && names.status().code() == StatusCode::kNotFound) return std::nullopt;
   if (!names.ok()) return names.status();
+  std::string skipped;
   for (const auto& [step, name] : StepDirs(*names)) {
     const std::string path = dir_ + "/" + name;
     Status s = CheckComplete(path);
-    if (s.ok()) return path;
+    if (s.ok()) {
+      if (!skipped.empty()) {
+        TY_LOG(WARNING) << "resuming from the older checkpoint " << Quoted(path)
+                        << ", the newest good one, after skipping: " << skipped;
+      }
+      return path;
+    }
     TY_LOG(WARNING) << "skipping checkpoint " << Quoted(path) << ": " << s.message();
+    skipped += (skipped.empty() ? "" : "; ") + std::string(s.message());
+  }
+  if (!skipped.empty()) {
+    return DataLossError("no usable checkpoint in " + Quoted(dir_) + ": " + skipped +
+                         ". Move the damaged step directories away to start from step 0, or "
+                         "restore them from a copy");
   }
   return std::nullopt;
 }

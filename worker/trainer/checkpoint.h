@@ -56,8 +56,10 @@ class CheckpointManager {
                                 const CheckpointState& state);
 
   // The newest step directory (by step number) whose manifest reads back and whose files
-  // exist, or nullopt when there is none or <dir> does not exist. Directories that fail the
-  // check are skipped with a warning. Errors: <dir> cannot be listed.
+  // exist with the sizes and CRC-32s the manifest records, or nullopt when <dir> holds no step
+  // directory or does not exist. Directories that fail the check (a truncated or corrupted
+  // weight file) are skipped with a warning naming them, and the older good one is taken.
+  // Errors: <dir> cannot be listed; DataLoss naming each step directory when none passes.
   StatusOr<std::optional<std::string>> Latest() const;
 
   const std::string& dir() const { return dir_; }

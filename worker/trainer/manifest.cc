@@ -1,8 +1,13 @@
 #include "worker/trainer/manifest.h"
 
+#include <array>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "common/check.h"
 #include "worker/trainer/durable_file.h"
@@ -110,6 +115,29 @@ Status ReadGenerators(const Json& json, CheckpointState* state) {
   return OkStatus();
 }
 
+Status ReadFiles(const Json& json, Manifest* m) {
+  ASSIGN_OR_RETURN(Json files, json.GetOr<Json>("files", Json()));
+  if (files.is_null()) return OkStatus();
+  if (!files.is_object()) return InvalidArgumentError("field \"files\": expected an object, got " + files.Dump());
+  for (const auto& [name, entry] : files.members()) {
+    const std::string where = "field \"files." + name + "\"";
+    if (!IsPlainFileName(name)) return InvalidArgumentError(where + ": not a file name");
+    if (!entry.is_object()) return InvalidArgumentError(where + ": expected an object, got " + entry.Dump());
+    FileDigest d;
+    ASSIGN_OR_RETURN(d.bytes, entry.Get<int64_t>("bytes"));
+    ASSIGN_OR_RETURN(std::string crc, entry.Get<std::string>("crc32"));
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(crc.c_str(), &end, 16);
+    if (crc.size() != 8 || *end != '\0' || d.bytes < 0) {
+      return InvalidArgumentError(where + ": expected {\"bytes\": N >= 0, \"crc32\": 8 hex digits}, got " +
+                                  entry.Dump());
+    }
+    d.crc32 = static_cast<uint32_t>(v);
+    m->files[name] = d;
+  }
+  return OkStatus();
+}
+
 StatusOr<Manifest> ParseManifest(const Json& json) {
   if (!json.is_object()) return InvalidArgumentError("the manifest is not a JSON object");
   RETURN_IF_ERROR(ReadFormat(json));
@@ -118,6 +146,9 @@ StatusOr<Manifest> ParseManifest(const Json& json) {
   ASSIGN_OR_RETURN(m.state.epoch, ReadCount(json, "epoch", 0));
   ASSIGN_OR_RETURN(m.state.position, ReadCount(json, "position", 0));
   ASSIGN_OR_RETURN(m.state.world_size, ReadCount(json, "world_size", 1));
+  if (json.Find("total_steps") != nullptr) {
+    ASSIGN_OR_RETURN(m.state.total_steps, ReadCount(json, "total_steps", 0));
+  }
   RETURN_IF_ERROR(ReadGenerators(json, &m.state));
   ASSIGN_OR_RETURN(m.model_file, ReadFileName(json, "model_file"));
   const Json* optimizer_file = json.Find("optimizer_file");
@@ -126,6 +157,14 @@ StatusOr<Manifest> ParseManifest(const Json& json) {
   }
   ASSIGN_OR_RETURN(m.state.saved_at, json.GetOr<double>("saved_at", 0.0));
   ASSIGN_OR_RETURN(m.state.spec, json.GetOr<Json>("spec", Json()));
+  RETURN_IF_ERROR(ReadFiles(json, &m));
+  ASSIGN_OR_RETURN(Json run, json.GetOr<Json>("run", Json()));
+  if (!run.is_null()) {
+    if (!run.is_object()) return InvalidArgumentError("field \"run\": expected an object, got " + run.Dump());
+    ASSIGN_OR_RETURN(m.state.run.uid, run.GetOr<std::string>("uid", ""));
+    ASSIGN_OR_RETURN(m.state.run.spec_digest, run.GetOr<std::string>("spec_digest", ""));
+    ASSIGN_OR_RETURN(m.state.run.job, run.GetOr<std::string>("job", ""));
+  }
   return m;
 }
 
@@ -143,19 +182,35 @@ Json ManifestToJson(const Manifest& manifest) {
     TY_CHECK(name != kDefaultGenerator) << "a named generator may not be called \"default\"";
     generators.Set(name, GeneratorToJson(g));
   }
-  return Json::Object({
+  Json out = Json::Object({
       {"format", kCheckpointFormat},
       {"version", kCheckpointVersion},
       {"step", s.step},
       {"epoch", s.epoch},
       {"position", s.position},
       {"world_size", s.world_size},
+      {"total_steps", s.total_steps},
       {"generators", std::move(generators)},
       {"model_file", manifest.model_file},
       {"optimizer_file", manifest.optimizer_file ? Json(*manifest.optimizer_file) : Json()},
       {"saved_at", s.saved_at},
       {"spec", s.spec},
   });
+  if (!manifest.files.empty()) {
+    Json files = Json::Object();
+    for (const auto& [name, d] : manifest.files) {
+      char crc[9];
+      std::snprintf(crc, sizeof(crc), "%08x", d.crc32);
+      files.Set(name, Json::Object({{"bytes", d.bytes}, {"crc32", std::string(crc)}}));
+    }
+    out.Set("files", std::move(files));
+  }
+  if (!s.run.spec_digest.empty()) {
+    out.Set("run", Json::Object({{"uid", s.run.uid},
+                                 {"spec_digest", s.run.spec_digest},
+                                 {"job", s.run.job}}));
+  }
+  return out;
 }
 
 StatusOr<Manifest> ManifestFromJson(const Json& json) {
@@ -165,6 +220,34 @@ StatusOr<Manifest> ManifestFromJson(const Json& json) {
     return InvalidArgumentError(manifest.status().message());
   }
   return manifest;
+}
+
+StatusOr<FileDigest> DigestFile(const std::string& path) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("cannot read \"" + path + "\"");
+  FileDigest d;
+  uint32_t crc = 0xffffffffu;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize n = in.gcount();
+    for (std::streamsize i = 0; i < n; ++i) {
+      crc = table[(crc ^ static_cast<unsigned char>(buf[static_cast<size_t>(i)])) & 0xff] ^ (crc >> 8);
+    }
+    d.bytes += n;
+  }
+  if (in.bad()) return UnavailableError("error reading \"" + path + "\"");
+  d.crc32 = crc ^ 0xffffffffu;
+  return d;
 }
 
 Status WriteManifest(const std::string& path, const Manifest& manifest) {

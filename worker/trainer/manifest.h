@@ -9,12 +9,20 @@
 //     "epoch": 3,                    the epoch in progress
 //     "position": 4096,              samples of that epoch consumed
 //     "world_size": 1,
+//     "total_steps": 4690,           the writing run's length (absent in older manifests)
 //     "generators": {"default": {"seed": 42, "offset": 81920}, "<name>": {...}, ...},
 //     "model_file": "model.safetensors",
 //     "optimizer_file": "optimizer.safetensors",   null when saved without an optimizer
 //     "saved_at": 1712345678.25,     Unix seconds
-//     "spec": {...}                  the job spec, any JSON value
+//     "spec": {...},                 the job spec, any JSON value
+//     "run": {"uid": "9f0c...", "spec_digest": "1b2c3d4e5f607182", "job": "fashion-mlp-1"},
+//     "files": {"model.safetensors": {"bytes": 2140, "crc32": "1a2b3c4d"}, ...}
 //   }
+//
+// "files" holds each weight file's size and CRC-32 (IEEE, as zlib's crc32), checked before a
+// checkpoint is resumed; manifests written before it have none.
+// "run" is the identity of the run that wrote it (run_identity.h, Note [Run identity]);
+// manifests written before it have none.
 //
 // Seeds and offsets are uint64: JSON integers when they fit int64, decimal strings above that
 // (JSON readers lose integers past 2^53 or 2^63), and the reader accepts both.
@@ -28,6 +36,7 @@
 #include "common/json.h"
 #include "common/status.h"
 #include "worker/tensor/generator.h"
+#include "worker/trainer/run_identity.h"
 
 namespace trainyard::trainer {
 
@@ -57,12 +66,26 @@ struct CheckpointState {
   GeneratorState default_generator;  // DefaultGenerator()
   std::map<std::string, GeneratorState> generators;  // other named generators; not "default"
   int64_t world_size = 1;
+  int64_t total_steps = 0;  // the length of the run that wrote it (0: not recorded)
   Json spec;            // the job spec, stored as given
   double saved_at = 0;  // Unix seconds; CheckpointManager::Save sets it from its clock
+  RunIdentity run;      // who wrote it; spec_digest "" (not written) for none
 };
+
+struct FileDigest {
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;
+  friend bool operator==(const FileDigest& a, const FileDigest& b) {
+    return a.bytes == b.bytes && a.crc32 == b.crc32;
+  }
+};
+
+// The size and CRC-32 of the file at `path`; errors name it.
+StatusOr<FileDigest> DigestFile(const std::string& path);
 
 struct Manifest {
   CheckpointState state;
+  std::map<std::string, FileDigest> files;  // by file name; empty in older manifests
   std::string model_file = kModelFile;
   std::optional<std::string> optimizer_file;  // nullopt: saved without an optimizer
 };

@@ -130,7 +130,15 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(spec::JobSpec spec, TrainerOp
 }
 
 Status Trainer::Init() {
-  if (spec_.num_threads > 0) kernels::cpu::SetNumThreads(spec_.num_threads);
+  if (spec_.num_threads > 0) {
+    const int started = kernels::cpu::SetNumThreads(spec_.num_threads);
+    if (started < spec_.num_threads) {
+      return ResourceExhaustedError(
+          "num_threads = " + std::to_string(spec_.num_threads) + ": the system let this process "
+          "start only " + std::to_string(started) + " threads (a task or RLIMIT_NPROC limit); set "
+          "num_threads to " + std::to_string(started) + " or fewer");
+    }
+  }
   autocast_dtype_ = AutocastDTypeOf(spec_.precision);
   if (spec_.precision == "fp16") {
     // ZeRO-1 leaves each rank gradient shards, which the scaler does not see.
@@ -197,6 +205,14 @@ Status Trainer::Init() {
     }
   }
   RETURN_IF_ERROR(Restore());
+  if (checkpoints_ && rank_ == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return InvalidArgumentError("checkpoint.dir: cannot create " + dir + ": " + ec.message());
+    StatusOr<std::unique_ptr<MetricsLog>> log = MetricsLog::Open(dir + "/" + kMetricsFile, step_);
+    if (!log.ok()) return log.status().WithContext("checkpoint.dir");
+    metrics_log_ = *std::move(log);
+  }
   return StartDataParallel();
 }
 
@@ -369,6 +385,7 @@ StatusOr<EvalMetrics> Trainer::Evaluate() {
   m.samples = count / data_.tokens_per_sample;
   m.seconds = SecondsSince(start);
   if (options_.on_eval) options_.on_eval(m);
+  if (metrics_log_) RETURN_IF_ERROR(metrics_log_->Eval(m));
   return m;
 }
 
@@ -520,6 +537,7 @@ StatusOr<TrainSummary> Trainer::Run() {
     recent_losses.push_back(m.loss);
     if (recent_losses.size() > kFinalLossWindow) recent_losses.pop_front();
     if (options_.on_step) options_.on_step(m);
+    if (metrics_log_) RETURN_IF_ERROR(metrics_log_->Step(m));
     const bool stop = agreed_stop ? *agreed_stop : StopRequested();
 
     if (eval_loader_ && spec_.eval.every_steps > 0 && step_ % spec_.eval.every_steps == 0 &&

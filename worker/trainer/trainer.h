@@ -8,7 +8,9 @@
 //              grad_accumulation_steps x (data -> forward + loss -> backward)
 //              -> clip, lr, step, zero_grad
 //            evaluating every eval.every_steps and at the end, checkpointing every
-//            checkpoint.every_steps, at the end and when stopped.
+//            checkpoint.every_steps, at the end and when stopped. With a checkpoint.dir,
+//            rank 0 appends each step's and evaluation's metrics to its metrics.jsonl
+//            (metrics_log.h).
 //
 // Note [Mixed precision]: with spec.precision bf16 or fp16, forward and loss (in training and
 // evaluation) run under AutocastGuard of that dtype (worker/autograd/autocast.h); parameters,
@@ -61,6 +63,7 @@
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/data_parallel.h"
 #include "worker/trainer/job_data.h"
+#include "worker/trainer/metrics_log.h"
 
 namespace trainyard::trainer {
 
@@ -165,6 +168,11 @@ struct TrainerOptions {
   Progress* progress = nullptr;
   // The loss scaler of precision fp16 (PyTorch's defaults); Create rejects bad values.
   optim::GradScalerOptions grad_scaler;
+  // The run's identity (Note [Run identity]): the coordinator's Job.uid and id. An empty uid
+  // (`trainyard train`) adopts the uid of the checkpoint it resumes, or makes a new one; an
+  // empty job is spec.name.
+  std::string run_uid;
+  std::string job;
 };
 
 class Trainer {
@@ -197,6 +205,10 @@ class Trainer {
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   // The checkpoint Create restored ("" when it started fresh).
   const std::string& resumed_from() const { return resumed_from_; }
+  const RunIdentity& run() const { return run_; }
+  // What changed on resume that the user should know ("" for nothing): a cosine schedule
+  // whose length follows the run's, resumed to another length.
+  const std::string& resume_note() const { return resume_note_; }
 
  private:
   Trainer(spec::JobSpec spec, TrainerOptions options);
@@ -226,6 +238,12 @@ class Trainer {
   // Loads a checkpoint's optimizer.safetensors into the optimizer (or, for ZeRO, keeps it for
   // StartDataParallel) and the grad scaler.
   Status RestoreOptimizerState(const std::string& path);
+  // OK when `saved` (the manifest of `path`) was written by this run; else FailedPrecondition
+  // naming the directory, the writer, what differs and the ways on.
+  Status CheckSameRun(const std::string& path, const CheckpointState& saved,
+                      const Json& spec_json) const;
+  Status ResumeFrom(const std::string& path);
+  Status Unresumable(const std::string& path, const Status& s) const;
 
   spec::JobSpec spec_;
   TrainerOptions options_;
@@ -249,6 +267,7 @@ class Trainer {
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> eval_loader_;
   std::unique_ptr<CheckpointManager> checkpoints_;
+  std::unique_ptr<MetricsLog> metrics_log_;  // rank 0 with a checkpoint.dir (metrics_log.h)
   int64_t num_parameters_ = 0;
   int64_t steps_per_epoch_ = 0;
   int64_t shard_size_ = 0;  // samples per epoch this rank reads
@@ -257,6 +276,8 @@ class Trainer {
   int64_t saved_step_ = -1;  // step of the newest checkpoint on disk for this run
   std::string last_checkpoint_;
   std::string resumed_from_;
+  RunIdentity run_;  // recorded in every checkpoint (Note [Run identity])
+  std::string resume_note_;
   std::vector<optim::NamedTensor> resumed_optimizer_state_;  // for ZeRO, loaded after dp_ starts
 };
 

@@ -1,7 +1,10 @@
 // Trainer's checkpoints (trainer.h): Restore resumes the newest checkpoint of checkpoint.dir
-// or starts from checkpoint.init_from; SaveCheckpoint writes one, with the grad scaler's state
+// when this run wrote it (Note [Run identity]), or checkpoint.resume_from, or starts from
+// checkpoint.init_from; SaveCheckpoint writes one, with the grad scaler's state
 // beside the optimizer's.
 #include "worker/trainer/trainer.h"
+
+#include <ctime>
 
 namespace trainyard::trainer {
 namespace {
@@ -26,9 +29,57 @@ std::vector<optim::NamedTensor> TakeScalerState(std::vector<optim::NamedTensor>*
   return scaler;
 }
 
+// "job fashion-mlp-1 (uid 3f2a..., step 938, saved 2026-12-05 21:30:00 UTC)".
+std::string Writer(const CheckpointState& saved) {
+  std::string who = saved.run.spec_digest.empty() ? "a run without a recorded identity (written "
+                                                    "before checkpoints carried one)"
+                                                  : "job " + saved.run.job;
+  std::string details = "step " + std::to_string(saved.step);
+  if (!saved.run.uid.empty()) details = "uid " + saved.run.uid + ", " + details;
+  if (saved.saved_at > 0) {
+    const std::time_t t = static_cast<std::time_t>(saved.saved_at);
+    char when[32];
+    std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+    details += ", saved " + std::string(when);
+  }
+  return who + " (" + details + ")";
+}
+
 }  // namespace
 
+Status Trainer::CheckSameRun(const std::string& path, const CheckpointState& saved,
+                             const Json& spec_json) const {
+  std::vector<std::string> why;
+  if (!run_.uid.empty() && !saved.run.uid.empty() && saved.run.uid != run_.uid) {
+    why.push_back("its uid is not this run's (" + run_.uid + ")");
+  }
+  const std::string saved_digest =
+      saved.run.spec_digest.empty() ? SpecDigest(saved.spec) : saved.run.spec_digest;
+  if (saved_digest != run_.spec_digest) {
+    std::vector<std::string> diff = IdentityDifferences(saved.spec, spec_json);
+    std::string list;
+    for (const std::string& d : diff) list += (list.empty() ? "" : "; ") + d;
+    why.push_back("its spec differs in what makes a run (" +
+                  (list.empty() ? "spec digest " + saved_digest : list) + ")");
+  }
+  if (why.empty()) return OkStatus();
+  std::string reasons;
+  for (const std::string& w : why) reasons += (reasons.empty() ? "" : ", and ") + w;
+  return FailedPreconditionError(
+      "checkpoint.dir " + checkpoints_->dir() + " holds a checkpoint of another run: " + path +
+      " was written by " + Writer(saved) + "; " + reasons +
+      ". A run never continues another's checkpoint by itself. To continue it deliberately, set "
+      "checkpoint.resume_from: " + path + " (trainyard train --resume-from " + path +
+      "); to start from its weights at step 0, checkpoint.init_from: " + path +
+      "; or give another checkpoint.dir (trainyard train --fresh moves the old checkpoints "
+      "aside)");
+}
+
 Status Trainer::Restore() {
+  const Json spec_json = spec::ToJson(spec_);
+  run_.spec_digest = SpecDigest(spec_json);
+  run_.job = options_.job.empty() ? spec_.name : options_.job;
+  run_.uid = options_.run_uid;
   if (checkpoints_ && spec_.checkpoint.resume) {
     StatusOr<std::optional<std::string>> latest = checkpoints_->Latest();
     if (!latest.ok())
@@ -36,41 +87,70 @@ Status Trainer::Restore() {
                     "checkpoint.dir: " + std::string(latest.status().message()));
     if (latest->has_value()) {
       const std::string& path = **latest;
-      StatusOr<CheckpointState> state = LoadCheckpoint(path, model_.get(), nullptr);
-      if (state.ok()) {
-        Status s = RestoreOptimizerState(path);
-        if (!s.ok()) state = s;
+      StatusOr<Manifest> manifest = ReadManifest(path + "/" + kManifestFile);
+      if (!manifest.ok()) return Unresumable(path, manifest.status());
+      Status same = CheckSameRun(path, manifest->state, spec_json);
+      if (same.ok()) {
+        if (run_.uid.empty()) run_.uid = manifest->state.run.uid;
+        if (run_.uid.empty()) run_.uid = NewRunUid();
+        return ResumeFrom(path);
       }
-      if (!state.ok()) {
-        return Status(state.status().code(), "resuming from " + path +
-                                                 " (set checkpoint.resume: false or another "
-                                                 "checkpoint.dir to start afresh): " +
-                                                 std::string(state.status().message()));
-      }
-      if (state->step > total_steps_) {
-        return InvalidArgumentError("resuming from " + path + ": it is at step " +
-                                    std::to_string(state->step) + ", past this run's " +
-                                    std::to_string(total_steps_) + " steps");
-      }
-      // The manifest counts samples consumed by all ranks (Note [Resharding on resume]).
-      // At an epoch's end the padded shards can make position / M exceed the new shard: the
-      // epoch is over, which the loader sees at its end.
-      RETURN_IF_ERROR(
-          train_loader_->Reset(state->epoch, std::min(state->position / world_size_, shard_size_)));
-      state->default_generator.ApplyTo(&DefaultGenerator());
-      auto it = state->generators.find(kModelGenerator);
-      if (it != state->generators.end()) it->second.ApplyTo(&gen_);
-      step_ = state->step;
-      saved_step_ = state->step;
-      last_checkpoint_ = path;
-      resumed_from_ = path;
-      return OkStatus();
+      if (spec_.checkpoint.resume_from.empty()) return same;
     }
+  }
+  if (run_.uid.empty()) run_.uid = NewRunUid();
+  if (!spec_.checkpoint.resume_from.empty()) {
+    Status s = ResumeFrom(spec_.checkpoint.resume_from);
+    if (!s.ok()) return Status(s.code(), "checkpoint.resume_from: " + std::string(s.message()));
+    return s;
   }
   if (!spec_.checkpoint.init_from.empty()) {
     Status s = InitFromWeights(spec_.checkpoint.init_from, model_.get());
     if (!s.ok()) return Status(s.code(), "checkpoint.init_from: " + std::string(s.message()));
   }
+  return OkStatus();
+}
+
+Status Trainer::Unresumable(const std::string& path, const Status& s) const {
+  return Status(s.code(), "resuming from " + path +
+                              " (set checkpoint.resume: false or another checkpoint.dir to start "
+                              "afresh): " + std::string(s.message()));
+}
+
+Status Trainer::ResumeFrom(const std::string& path) {
+  StatusOr<CheckpointState> state = LoadCheckpoint(path, model_.get(), nullptr);
+  if (state.ok()) {
+    Status s = RestoreOptimizerState(path);
+    if (!s.ok()) state = s;
+  }
+  if (!state.ok()) return Unresumable(path, state.status());
+  if (state->step > total_steps_) {
+    return InvalidArgumentError("resuming from " + path + ": it is at step " +
+                                std::to_string(state->step) + ", past this run's " +
+                                std::to_string(total_steps_) + " steps");
+  }
+  // The manifest counts samples consumed by all ranks (Note [Resharding on resume]).
+  // At an epoch's end the padded shards can make position / M exceed the new shard: the
+  // epoch is over, which the loader sees at its end.
+  RETURN_IF_ERROR(
+      train_loader_->Reset(state->epoch, std::min(state->position / world_size_, shard_size_)));
+  state->default_generator.ApplyTo(&DefaultGenerator());
+  auto it = state->generators.find(kModelGenerator);
+  if (it != state->generators.end()) it->second.ApplyTo(&gen_);
+  if (spec_.schedule.kind == "cosine" && spec_.schedule.cosine.total_steps == 0 &&
+      state->total_steps > 0 && state->total_steps != total_steps_) {
+    resume_note_ = "the cosine schedule now ends at step " + std::to_string(total_steps_) +
+                   ", where the checkpoint's run ended it at step " +
+                   std::to_string(state->total_steps) + ": from step " +
+                   std::to_string(state->step) + " the learning rate follows the new length "
+                   "(schedule.cosine.total_steps: " + std::to_string(state->total_steps) +
+                   " keeps the old one)";
+  }
+  step_ = state->step;
+  if (options_.progress) options_.progress->step.store(step_);  // health reports say where it is
+  saved_step_ = state->step;
+  last_checkpoint_ = path;
+  resumed_from_ = path;
   return OkStatus();
 }
 
@@ -115,9 +195,11 @@ Status Trainer::SaveCheckpoint(std::string* path) {
   state.epoch = static_cast<int64_t>(train_loader_->epoch());
   state.position = train_loader_->position() * world_size_;
   state.world_size = world_size_;
+  state.total_steps = total_steps_;
   state.default_generator = GeneratorState::Of(DefaultGenerator());
   state.generators[kModelGenerator] = GeneratorState::Of(gen_);  // rank 0's stream
   state.spec = spec::ToJson(spec_);
+  state.run = run_;
   RETURN_IF_ERROR(checkpoints_->SaveWithOptimizerState(*model_, &optimizer_state, state));
   *path = checkpoints_->dir() + "/" + StepDirName(step_);
   last_checkpoint_ = *path;

@@ -270,6 +270,41 @@ TEST(CheckpointTest, LatestIgnoresLeftoverTmpDirsAndStepDirsWithoutAValidManifes
   EXPECT_EQ(latest->value_or("none"), tmp.File("step-00000007"));
 }
 
+// Junk written over part of a weight file (its header intact, the size unchanged) or a cut
+// file: the manifest's CRC-32 and size catch it, and the older good checkpoint is taken; with
+// none left, the error names every bad one instead of starting from step 0.
+TEST(CheckpointTest, LatestSkipsCheckpointsWhoseFilesFailTheirChecksum) {
+  TempDir tmp;
+  MlpRun run(1);
+  CheckpointManager manager(tmp.path(), 0);
+  ASSERT_TRUE(manager.Save(run.model, run.optimizer.get(), StateAt(7)).ok());
+  ASSERT_TRUE(manager.Save(run.model, run.optimizer.get(), StateAt(8)).ok());
+  StatusOr<Manifest> m = ReadManifest(tmp.File("step-00000008/manifest.json"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->files.count(kModelFile), 1u);
+  EXPECT_EQ(m->files.at(kModelFile).bytes,
+            static_cast<int64_t>(fs::file_size(tmp.File("step-00000008/model.safetensors"))));
+
+  std::string weights = testing::ReadRaw(tmp.File("step-00000008/model.safetensors"));
+  for (size_t i = weights.size() * 3 / 4; i < weights.size(); ++i) weights[i] = '\x7f';
+  testing::WriteRaw(tmp.File("step-00000008/model.safetensors"), weights);
+  StatusOr<std::optional<std::string>> latest = manager.Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->value_or("none"), tmp.File("step-00000007"));
+
+  const std::string optimizer = testing::ReadRaw(tmp.File("step-00000007/optimizer.safetensors"));
+  testing::WriteRaw(tmp.File("step-00000007/optimizer.safetensors"),
+                    optimizer.substr(0, optimizer.size() - 10));
+  latest = manager.Latest();
+  ASSERT_FALSE(latest.ok());
+  EXPECT_EQ(latest.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(latest.status().message(), HasSubstr("no usable checkpoint in"));
+  EXPECT_THAT(latest.status().message(),
+              HasSubstr(tmp.File("step-00000008/model.safetensors") + "\" is damaged"));
+  EXPECT_THAT(latest.status().message(),
+              HasSubstr(tmp.File("step-00000007/optimizer.safetensors") + "\" is damaged"));
+}
+
 TEST(CheckpointTest, LatestOfAMissingOrEmptyDirectoryIsNone) {
   TempDir tmp;
   StatusOr<std::optional<std::string>> latest = CheckpointManager(tmp.File("absent"), 3).Latest();

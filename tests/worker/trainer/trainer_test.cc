@@ -235,7 +235,7 @@ TEST_F(TrainerTest, ChecksTheDataAgainstTheSavedVocabulary) {
 
 TEST_F(TrainerTest, SavesEveryNStepsKeepsTheLastAndFinishesWithACheckpoint) {
   spec::JobSpec spec = MlpSpec(R"(, "steps": 20)");
-  spec.checkpoint = {dir_.path() + "/ckpt", /*every_steps=*/6, /*keep_last=*/2, true, ""};
+  spec.checkpoint = {dir_.path() + "/ckpt", /*every_steps=*/6, /*keep_last=*/2, true, "", ""};
   std::vector<int64_t> saved;
   TrainerOptions options;
   options.on_checkpoint = [&](const std::string&, int64_t step) { saved.push_back(step); };
@@ -250,7 +250,7 @@ TEST_F(TrainerTest, SavesEveryNStepsKeepsTheLastAndFinishesWithACheckpoint) {
     dirs.push_back(entry.path().filename().string());
   }
   std::sort(dirs.begin(), dirs.end());
-  EXPECT_EQ(dirs, (std::vector<std::string>{StepDirName(18), StepDirName(20)}));
+  EXPECT_EQ(dirs, (std::vector<std::string>{kMetricsFile, StepDirName(18), StepDirName(20)}));
 
   // Running the finished job again trains nothing and reports the same checkpoint.
   TrainSummary again;

@@ -1,0 +1,107 @@
+#include "worker/trainer/metrics_log.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "worker/trainer/trainer.h"
+
+namespace trainyard::trainer {
+namespace {
+
+Json Number(double v) { return std::isfinite(v) ? Json(v) : Json(); }
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Status Errno(const std::string& what) {
+  return UnavailableError(what + ": " + std::strerror(errno));
+}
+
+// The lines of `path` to keep: whole JSON objects with a step <= keep_through_step. `dropped`:
+// whether any line was left out.
+std::string KeptLines(const std::string& path, int64_t keep_through_step, bool* dropped) {
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    StatusOr<Json> j = Json::Parse(line);
+    const Json* step = j.ok() && j->is_object() ? j->Find("step") : nullptr;
+    if (step != nullptr && step->is_integer() && step->int_value() <= keep_through_step) {
+      kept += line + "\n";
+    } else {
+      *dropped = true;
+    }
+  }
+  return kept;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(const std::string& path,
+                                                       int64_t keep_through_step) {
+  bool dropped = false;
+  const std::string kept = keep_through_step > 0 ? KeptLines(path, keep_through_step, &dropped) : "";
+  if (keep_through_step <= 0 || dropped) {
+    const std::string tmp = path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr) return Errno("cannot write the metrics file " + tmp);
+    const bool ok = std::fwrite(kept.data(), 1, kept.size(), f) == kept.size();
+    if (std::fclose(f) != 0 || !ok) return Errno("cannot write the metrics file " + tmp);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename " + tmp);
+  }
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) return Errno("cannot open the metrics file " + path);
+  return std::unique_ptr<MetricsLog>(new MetricsLog(path, f));
+}
+
+MetricsLog::~MetricsLog() { std::fclose(file_); }
+
+Json MetricsLog::StepJson(const StepMetrics& m, double time) {
+  return Json::Object({{"type", "step"},
+                       {"step", m.step},
+                       {"total_steps", m.total_steps},
+                       {"epoch", m.epoch},
+                       {"loss", Number(m.loss)},
+                       {"lr", Number(m.lr)},
+                       {"grad_norm", Number(m.grad_norm)},
+                       {"samples", m.samples},
+                       {"tokens", m.tokens},
+                       {"samples_per_second", Number(m.samples_per_second)},
+                       {"tokens_per_second", Number(m.tokens_per_second)},
+                       {"data_seconds", Number(m.data_seconds)},
+                       {"forward_seconds", Number(m.forward_seconds)},
+                       {"backward_seconds", Number(m.backward_seconds)},
+                       {"optimizer_seconds", Number(m.optimizer_seconds)},
+                       {"allreduce_seconds", Number(m.allreduce_seconds)},
+                       {"allreduce_wait_seconds", Number(m.bucket_wait_seconds)},
+                       {"loss_scale", Number(m.loss_scale)},
+                       {"skipped", m.skipped},
+                       {"time", time}});
+}
+
+Json MetricsLog::EvalJson(const EvalMetrics& m, double time) {
+  return Json::Object({{"type", "eval"},
+                       {"step", m.step},
+                       {"loss", Number(m.loss)},
+                       {"accuracy", Number(m.accuracy)},
+                       {"samples", m.samples},
+                       {"seconds", Number(m.seconds)},
+                       {"time", time}});
+}
+
+Status MetricsLog::Step(const StepMetrics& m) { return Append(StepJson(m, Now())); }
+Status MetricsLog::Eval(const EvalMetrics& m) { return Append(EvalJson(m, Now())); }
+
+Status MetricsLog::Append(const Json& line) {
+  const std::string text = line.Dump() + "\n";
+  if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0) {
+    return Errno("cannot append to the metrics file " + path_);
+  }
+  return OkStatus();
+}
+
+}  // namespace trainyard::trainer
