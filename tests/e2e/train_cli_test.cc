@@ -242,6 +242,17 @@ TEST(TrainCliTest, AJobThatCannotFitOrReadsASpecialFileIsRefusedClearly) {
   EXPECT_THAT(r.err, HasSubstr("the job needs about"));
   EXPECT_THAT(r.err, HasSubstr("this machine lets it use"));
 
+  // Out of memory (here under a 2.5 GB address-space limit, past the machine check): an error
+  // that says so and exit 1, not an abort.
+  const std::string big = dir.path() + "/big.yaml";
+  std::ofstream(big) << "model: {mlp: {sizes: [2, 100000, 2000, 3]}}\n"
+                     << "data: {csv: {path: " << dir.path() << "/data.csv}}\n"
+                     << "optimizer: {adamw: {}}\nsteps: 3\n";
+  r = RunProcess({"/bin/bash", "-c", "ulimit -v 2500000; exec " + kBin + " train " + big + " --quiet"}, 120s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: out of memory: allocating"));
+  EXPECT_THAT(r.err, HasSubstr("MiB of tensors in use"));
+
   r = Train({spec, "--set", "data.csv.path=/dev/zero"}, 60s);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("/dev/zero is a character device; data must be a regular file"));
