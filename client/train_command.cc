@@ -36,6 +36,8 @@ constexpr const char* kUsage =
     "  -o json        print the final summary as one JSON object on stdout\n"
     "  --set p=v      override one spec field, e.g. --set steps=200 --set optimizer.sgd.lr=0.05\n"
     "  --quiet        no progress line (errors and the summary still print)\n"
+    "  --metrics-file F  write every step's and evaluation's metrics to F as JSON lines\n"
+    "                 (default: checkpoint.dir/metrics.jsonl when checkpoint.dir is set)\n"
     "  --fresh        start at step 0: move checkpoint.dir's contents (checkpoints, metrics)\n"
     "                 into checkpoint.dir/previous-<time>/ first, keeping them\n"
     "  --resume-from STEP_DIR  continue the run that wrote this checkpoint, even another run's\n"
@@ -274,6 +276,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   bool json = false, quiet = false;
   bool fresh = false;                  // --fresh: the launcher moves checkpoint.dir aside
+  std::string metrics_file;            // --metrics-file
   std::optional<std::string> nproc;    // --nproc's value, when given
   std::vector<std::string> rank_args;  // "train" and the arguments, without --nproc
 };
@@ -310,6 +313,10 @@ int ParseArgs(const std::vector<std::string>& args, TrainArgs* out) {
       out->overrides.push_back(args[++i]);
     } else if (a.rfind("--set=", 0) == 0) {
       out->overrides.push_back(a.substr(6));
+    } else if (a == "--metrics-file") {
+      if (i + 1 >= args.size()) return Fail("--metrics-file takes a path\n" + std::string(kUsage), 2);
+      out->rank_args.push_back(args[i + 1]);
+      out->metrics_file = args[++i];
     } else if (a == "--resume-from") {
       if (i + 1 >= args.size()) return Fail("--resume-from takes a checkpoint step directory\n" + std::string(kUsage), 2);
       out->rank_args.push_back(args[i + 1]);
@@ -432,6 +439,7 @@ int Train(const TrainArgs& a, const spec::JobSpec& spec,
   };
   const bool rank0 = group == nullptr || group->rank() == 0;
   options.process_group = std::move(group);
+  options.metrics_file = a.metrics_file;
 
   StatusOr<std::unique_ptr<trainer::Trainer>> trainer = trainer::Trainer::Create(spec, options);
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()), 1);

@@ -228,6 +228,24 @@ TEST(TrainCliTest, ARunNeverContinuesAnothersCheckpoint) {
   EXPECT_EQ(kept, 1) << "the old run is kept under previous-*";
 }
 
+TEST(TrainCliTest, MetricsFileTakesTheStepsWhereverItIsAsked) {
+  TempDir dir;
+  const std::string spec = WriteCsvSpec(dir, 5);
+  ProcessResult r = Train({spec, "--quiet", "--metrics-file", dir.path() + "/m.jsonl"}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(dir.path() + "/ckpt/metrics.jsonl"));
+  std::ifstream in(dir.path() + "/m.jsonl");
+  int steps = 0, evals = 0;
+  for (std::string line; std::getline(in, line);) {
+    StatusOr<Json> j = Json::Parse(line);
+    ASSERT_TRUE(j.ok()) << line;
+    steps += *j->Find("type") == Json("step");
+    evals += *j->Find("type") == Json("eval");
+  }
+  EXPECT_EQ(steps, 5);
+  EXPECT_EQ(evals, 1);
+}
+
 // A spec that validates but cannot fit this machine (1.1e12 parameters with AdamW) is refused
 // before anything is allocated, saying what it needs; special files are refused as data.
 TEST(TrainCliTest, AJobThatCannotFitOrReadsASpecialFileIsRefusedClearly) {

@@ -205,15 +205,27 @@ Status Trainer::Init() {
     }
   }
   RETURN_IF_ERROR(Restore());
-  if (checkpoints_ && rank_ == 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return InvalidArgumentError("checkpoint.dir: cannot create " + dir + ": " + ec.message());
-    StatusOr<std::unique_ptr<MetricsLog>> log = MetricsLog::Open(dir + "/" + kMetricsFile, step_);
-    if (!log.ok()) return log.status().WithContext("checkpoint.dir");
-    metrics_log_ = *std::move(log);
-  }
+  RETURN_IF_ERROR(OpenMetricsLog(dir));
   return StartDataParallel();
+}
+
+Status Trainer::OpenMetricsLog(const std::string& checkpoint_dir) {
+  if (rank_ != 0) return OkStatus();
+  const bool own_file = !options_.metrics_file.empty();
+  if (!own_file && checkpoint_dir.empty()) return OkStatus();
+  if (!own_file) {
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_dir, ec);
+    if (ec) {
+      return InvalidArgumentError("checkpoint.dir: cannot create " + checkpoint_dir + ": " +
+                                  ec.message());
+    }
+  }
+  const std::string path = own_file ? options_.metrics_file : checkpoint_dir + "/" + kMetricsFile;
+  StatusOr<std::unique_ptr<MetricsLog>> log = MetricsLog::Open(path, step_);
+  if (!log.ok()) return log.status().WithContext(own_file ? "--metrics-file" : "checkpoint.dir");
+  metrics_log_ = *std::move(log);
+  return OkStatus();
 }
 
 Status Trainer::ChooseDevice() {

@@ -8,9 +8,9 @@
 //              grad_accumulation_steps x (data -> forward + loss -> backward)
 //              -> clip, lr, step, zero_grad
 //            evaluating every eval.every_steps and at the end, checkpointing every
-//            checkpoint.every_steps, at the end and when stopped. With a checkpoint.dir,
-//            rank 0 appends each step's and evaluation's metrics to its metrics.jsonl
-//            (metrics_log.h).
+//            checkpoint.every_steps, at the end and when stopped. With a checkpoint.dir (or
+//            TrainerOptions::metrics_file), rank 0 appends each step's and evaluation's
+//            metrics to its metrics.jsonl (metrics_log.h).
 //
 // Note [Mixed precision]: with spec.precision bf16 or fp16, forward and loss (in training and
 // evaluation) run under AutocastGuard of that dtype (worker/autograd/autocast.h); parameters,
@@ -173,6 +173,9 @@ struct TrainerOptions {
   // empty job is spec.name.
   std::string run_uid;
   std::string job;
+  // Where rank 0 writes the per-step metrics (metrics_log.h); "": <checkpoint.dir>/metrics.jsonl
+  // with a checkpoint.dir, else none.
+  std::string metrics_file;
 };
 
 class Trainer {
@@ -243,6 +246,7 @@ class Trainer {
   Status CheckSameRun(const std::string& path, const CheckpointState& saved,
                       const Json& spec_json) const;
   Status ResumeFrom(const std::string& path);
+  Status OpenMetricsLog(const std::string& checkpoint_dir);
   Status Unresumable(const std::string& path, const Status& s) const;
 
   spec::JobSpec spec_;
