@@ -4,13 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <grpcpp/generic/generic_stub.h>
-
 #include <filesystem>
-#include <future>
 
 #include "proto/rpc.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/generic_call.h"
 #include "tests/testing/temp_dir.h"
 #include "trainyard/v1/service.grpc.pb.h"
 
@@ -212,23 +210,6 @@ TEST(ApiTest, ANewJobNeverResumesAnOldJobsCheckpointOfTheSameName) {
   EXPECT_EQ(failed->restarts(), 0);
 }
 
-// Generic unary call, as grpcurl makes one: `request` and the response are wire bytes.
-grpc::Status Call(grpc::GenericStub& stub, const std::string& method, const std::string& request,
-                  std::string* response) {
-  grpc::ClientContext ctx;
-  Deadline(&ctx);
-  grpc::Slice slice(request);
-  grpc::ByteBuffer in(&slice, 1), out;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &in, &out,
-                 [&](grpc::Status s) { done.set_value(s); });
-  grpc::Status status = done.get_future().get();
-  std::vector<grpc::Slice> slices;
-  (void)out.Dump(&slices);
-  for (const auto& sl : slices) response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  return status;
-}
-
 // Health answers per service (what Kubernetes' gRPC probes and grpc_health_probe ask), and
 // reflection v1 lists the services, beside v1alpha (tests/service/service_test.cc).
 TEST(ApiTest, HealthPerServiceAndReflectionV1) {
@@ -236,47 +217,33 @@ TEST(ApiTest, HealthPerServiceAndReflectionV1) {
   Cluster cluster(dir.path(), {0, 1, 10, {}, {}, {}});
   std::string error;
   ASSERT_TRUE(cluster.StartCoordinator(&error)) << error;
-  grpc::GenericStub stub(grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()));
+  auto channel = grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
   for (const std::string service : {"trainyard.v1.Coordinator", "trainyard.v1.Worker"}) {
     // HealthCheckRequest{service} is field 1; SERVING is 08 01.
     std::string response;
-    grpc::Status s = Call(stub, "/grpc.health.v1.Health/Check",
-                          std::string("\x0a", 1) + static_cast<char>(service.size()) + service, &response);
+    grpc::Status s = testing::GenericUnary(
+        channel, "/grpc.health.v1.Health/Check",
+        std::string("\x0a", 1) + static_cast<char>(service.size()) + service, &response);
     ASSERT_TRUE(s.ok()) << service << ": " << s.error_message();
     EXPECT_EQ(response, std::string("\x08\x01", 2)) << service;
   }
   std::string response;
-  EXPECT_EQ(Call(stub, "/grpc.health.v1.Health/Check", std::string("\x0a\x03" "foo", 5), &response)
+  EXPECT_EQ(testing::GenericUnary(channel, "/grpc.health.v1.Health/Check",
+                                  std::string("\x0a\x03" "foo", 5), &response)
                 .error_code(),
             grpc::StatusCode::NOT_FOUND);
 
-  grpc::ClientContext ctx;
-  Deadline(&ctx);
-  grpc::CompletionQueue cq;
-  auto stream = stub.PrepareCall(&ctx, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", &cq);
-  void* tag;
-  bool ok;
-  stream->StartCall(reinterpret_cast<void*>(1));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  grpc::Slice req(std::string("\x3a\x00", 2));  // list_services: ""
-  grpc::ByteBuffer in(&req, 1), out;
-  stream->Write(in, reinterpret_cast<void*>(2));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  stream->Read(&out, reinterpret_cast<void*>(3));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  std::vector<grpc::Slice> slices;
-  (void)out.Dump(&slices);
-  std::string services;
-  for (const auto& sl : slices) services.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  const std::string v1 = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+  // list_services (field 7).
+  const std::string services = testing::ReflectionExchange(channel, v1, std::string("\x3a\x00", 2));
   EXPECT_THAT(services, HasSubstr("trainyard.v1.Coordinator"));
   EXPECT_THAT(services, HasSubstr("grpc.reflection.v1.ServerReflection"));
-  ctx.TryCancel();
-  grpc::Status s;
-  stream->Finish(&s, reinterpret_cast<void*>(4));
-  cq.Next(&tag, &ok);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
+  // file_containing_symbol (field 4): the job spec's schema is there to describe.
+  const std::string symbol = "trainyard.v1.JobSpec";
+  const std::string file = testing::ReflectionExchange(
+      channel, v1, std::string("\x22", 1) + static_cast<char>(symbol.size()) + symbol);
+  EXPECT_THAT(file, HasSubstr("trainyard/v1/job.proto"));
+  EXPECT_THAT(file, HasSubstr("JobSpec"));
 }
 
 }  // namespace

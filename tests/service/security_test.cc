@@ -3,15 +3,13 @@
 // reloaded on SIGHUP. The certificates are made by openssl for each test (MakeCertificates).
 #include <gtest/gtest.h>
 
-#include <grpcpp/generic/generic_stub.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <sstream>
 
 #include "tests/testing/cluster.h"
+#include "tests/testing/generic_call.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "trainyard/v1/service.grpc.pb.h"
@@ -61,21 +59,7 @@ ClusterOptions Secure(const std::string& dir, bool worker_certs) {
 // grpc.health.v1.Health/Check{service: ""} (an empty message) over `channel`, as the kubelet's
 // gRPC probe calls it; the response's bytes go to `response` (SERVING is 08 01).
 grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, std::string* response) {
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-  grpc::Slice empty(std::string(""));
-  grpc::ByteBuffer in(&empty, 1), out;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out,
-                 [&](grpc::Status s) { done.set_value(s); });
-  grpc::Status status = done.get_future().get();
-  std::vector<grpc::Slice> slices;
-  (void)out.Dump(&slices);
-  for (const auto& sl : slices) {
-    response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  }
-  return status;
+  return testing::GenericUnary(channel, "/grpc.health.v1.Health/Check", "", response);
 }
 
 // --health-listen: probes that speak neither TLS nor tokens (the kubelet's) get an answer on

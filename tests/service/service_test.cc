@@ -1,6 +1,5 @@
 // Acceptance of the service with the real binaries on loopback: `trainyard local` trains
 // Fashion-MNIST on two workers; a job's metrics reach WatchJob and every /metrics endpoint.
-#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -12,6 +11,7 @@
 
 #include "common/json.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/generic_call.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/tensor/safetensors.h"
@@ -163,66 +163,19 @@ TEST(ServiceTest, ServesHealthCheckingAndReflection) {
   std::string error;
   ASSERT_TRUE(cluster.StartCoordinator(&error)) << error;
   auto channel = grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  auto call = [&](const std::string& method, const std::string& request, std::string* response) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-    grpc::Slice slice(request);
-    grpc::ByteBuffer in(&slice, 1), out;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    grpc::Status status;
-    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
-      std::lock_guard<std::mutex> lock(mu);
-      status = s;
-      done = true;
-      cv.notify_all();
-    });
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, 15s, [&] { return done; });
-    std::vector<grpc::Slice> slices;
-    (void)out.Dump(&slices);
-    for (const auto& sl : slices)
-      response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-    return status;
-  };
   // HealthCheckRequest{service: ""} is empty; HealthCheckResponse{status: SERVING} is 08 01.
   std::string health;
-  grpc::Status s = call("/grpc.health.v1.Health/Check", "", &health);
+  grpc::Status s = testing::GenericUnary(channel, "/grpc.health.v1.Health/Check", "", &health);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(health, std::string("\x08\x01", 2));
 
   // Reflection: ServerReflectionRequest{list_services: ""} (field 7) on the bidi stream.
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-  grpc::CompletionQueue cq;
-  auto stream =
-      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
-  void* tag;
-  bool ok;
-  stream->StartCall(reinterpret_cast<void*>(1));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  grpc::Slice req(std::string("\x3a\x00", 2));
-  grpc::ByteBuffer in(&req, 1), out;
-  stream->Write(in, reinterpret_cast<void*>(2));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  stream->Read(&out, reinterpret_cast<void*>(3));
-  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
-  std::vector<grpc::Slice> slices;
-  (void)out.Dump(&slices);
-  std::string services;
-  for (const auto& sl : slices)
-    services.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  const std::string services = testing::ReflectionExchange(
+      channel, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      std::string("\x3a\x00", 2));
   EXPECT_NE(services.find("trainyard.v1.Coordinator"), std::string::npos);
   EXPECT_NE(services.find("trainyard.v1.Worker"), std::string::npos);
   EXPECT_NE(services.find("grpc.health.v1.Health"), std::string::npos);
-  ctx.TryCancel();
-  stream->Finish(&s, reinterpret_cast<void*>(4));
-  cq.Next(&tag, &ok);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
 }
 
 }  // namespace
