@@ -314,6 +314,14 @@ void RankSupervisor::Reap() {
     if (code != 0) {
       std::string tail;
       for (const std::string& line : r.err_tail) tail += (tail.empty() ? "" : " | ") + line;
+      // A SIGKILL this worker did not send is, as good as always, the kernel's OOM killer,
+      // which leaves the rank no word of its own.
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !r.killed) {
+        tail = "killed by SIGKILL, not by this worker: most likely the kernel's out-of-memory "
+               "killer (see dmesg on this node); lower the job's memory (batch_size, the "
+               "model's size or context) or give the worker less to run at once" +
+               (tail.empty() ? "" : " | " + tail);
+      }
       r.status.set_error(tail);
     }
     TY_LOG(INFO) << "rank " << r.status.rank() << " of " << r.status.job_id() << " attempt "

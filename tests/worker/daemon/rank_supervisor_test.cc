@@ -4,6 +4,7 @@
 #include "worker/daemon/rank_supervisor.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -89,6 +90,25 @@ TEST(RankSupervisorTest, AFailedRankCarriesTheTailOfItsStderr) {
   EXPECT_EQ(st.error(), "loading data | error: data.csv.path: cannot open");
 }
 
+// A SIGKILL the worker did not send (the kernel's OOM killer, here the rank itself) is said to
+// be most likely that; one the worker sent (Abort, below) is not.
+TEST(RankSupervisorTest, ARankKilledFromOutsideIsSaidToBeLikelyOutOfMemory) {
+  testing::TempDir dir;
+  SupervisorOptions o;
+  o.program = Script(dir, "echo 'step 3' >&2\nkill -9 $$");
+  o.work_dir = dir.File("work");
+  RankSupervisor s(o);
+  ASSERT_TRUE(s.Start(Assign(1)).ok());
+  ASSERT_TRUE(PollUntilExited(s, 10s));
+  const auto st = s.Statuses().at(0);
+  EXPECT_EQ(st.exit_code(), 128 + SIGKILL);
+  EXPECT_EQ(st.error().rfind("killed by SIGKILL, not by this worker: most likely the kernel's "
+                             "out-of-memory killer", 0),
+            0u)
+      << st.error();
+  EXPECT_NE(st.error().find("| step 3"), std::string::npos) << st.error();
+}
+
 TEST(RankSupervisorTest, RanksInheritWhereTheLibrariesAreButNoOtherTrainyardSetting) {
   testing::TempDir dir;
   ::setenv("TRAINYARD_CUDA_LIB", "/opt/ty/libtrainyard_cuda.so", 1);
@@ -138,7 +158,10 @@ TEST(RankSupervisorTest, AbortKillsAtOnceAndARepeatedAssignmentStartsNothing) {
   EXPECT_EQ(s.running(), 2);
   s.Stop("job-1", 0, /*checkpoint=*/false);
   ASSERT_TRUE(PollUntilExited(s, 5s));  // far below the grace: SIGKILL at once
-  for (const auto& st : s.Statuses()) EXPECT_EQ(st.exit_code(), 128 + SIGKILL);
+  for (const auto& st : s.Statuses()) {
+    EXPECT_EQ(st.exit_code(), 128 + SIGKILL);
+    EXPECT_EQ(st.error().find("out-of-memory"), std::string::npos) << st.error();
+  }
 }
 
 }  // namespace
