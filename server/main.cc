@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "common/flags.h"
 #include "common/logging.h"
@@ -105,6 +106,73 @@ StatusOr<std::unique_ptr<grpc::Server>> StartHealthServer(const std::string& add
   return server;
 }
 
+// The coordinator on --state-dir's store, which it locks (one coordinator per directory: two
+// would each believe they own every job). Errors say which flag or file.
+StatusOr<std::unique_ptr<server::Coordinator>> OpenCoordinator(const Flags& f) {
+  ASSIGN_OR_RETURN(double hb_timeout, f.Double("heartbeat-timeout", 0.1, 3600));
+  ASSIGN_OR_RETURN(double hb_interval, f.Double("heartbeat-interval", 0.01, 600));
+  if (hb_timeout <= hb_interval) {
+    return InvalidArgumentError("--heartbeat-timeout " + f.Get("heartbeat-timeout") +
+                                " must be longer than --heartbeat-interval " +
+                                f.Get("heartbeat-interval"));
+  }
+  const std::string state_dir = f.Get("state-dir");
+  ::mkdir(state_dir.c_str(), 0755);
+  const std::string lock_path = state_dir + "/coordinator.lock";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return FailedPreconditionError("another trainyard-coordinator uses " + state_dir + " (" +
+                                   lock_path + " is locked); stop it or give another --state-dir");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<server::JobStore> store,
+                   server::OpenSqliteJobStore(state_dir + "/jobs.db"));
+  server::CoordinatorOptions options;
+  options.heartbeat_timeout = std::chrono::milliseconds(std::llround(hb_timeout * 1000));
+  options.heartbeat_interval = std::chrono::milliseconds(std::llround(hb_interval * 1000));
+  options.checkpoint_root = f.Get("checkpoint-root");
+  return server::Coordinator::Create(std::move(store), Clock::Real(), options);
+}
+
+// The API server on `listen`: both services, health checking (SERVING per service name),
+// reflection v1alpha and `reflection_v1`, which must outlive it. Null when it cannot listen.
+std::unique_ptr<grpc::Server> StartApiServer(const std::string& listen,
+                                             const std::shared_ptr<grpc::ServerCredentials>& creds,
+                                             std::vector<grpc::Service*> services,
+                                             server::ReflectionV1* reflection_v1, int* port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // v1alpha
+  grpc::ServerBuilder builder;
+  builder.RegisterCallbackGenericService(reflection_v1);
+  builder.AddListeningPort(listen, creds, port);
+  builder.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(rpc::kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || *port == 0) return nullptr;
+  for (const char* name : kServiceNames) {
+    server->GetHealthCheckService()->SetServingStatus(name, true);
+  }
+  return server;
+}
+
+// "host:port" of `listen` ("host:0" or "host:N") with the port it got.
+std::string Bound(const std::string& listen, int port) {
+  return listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);
+}
+
+// The addresses, one per line, written whole (through a rename) for whoever waits on them.
+void WriteReadyFile(const std::string& path, const std::vector<std::string>& addresses) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp);
+  for (const std::string& a : addresses) {
+    if (!a.empty()) out << a << "\n";
+  }
+  out.close();
+  std::rename(tmp.c_str(), path.c_str());
+}
+
 int Run(const Flags& f) {
   InstallReloadSignal();
   StatusOr<std::unique_ptr<server::Authenticator>> auth =
@@ -112,33 +180,7 @@ int Run(const Flags& f) {
   if (!auth.ok()) return Fail(std::string(auth.status().message()));
   StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(f);
   if (!creds.ok()) return Fail(std::string(creds.status().message()));
-  StatusOr<double> hb_timeout = f.Double("heartbeat-timeout", 0.1, 3600);
-  StatusOr<double> hb_interval = f.Double("heartbeat-interval", 0.01, 600);
-  if (!hb_timeout.ok()) return Fail(std::string(hb_timeout.status().message()));
-  if (!hb_interval.ok()) return Fail(std::string(hb_interval.status().message()));
-
-  if (*hb_timeout <= *hb_interval) {
-    return Fail("--heartbeat-timeout " + f.Get("heartbeat-timeout") +
-                " must be longer than --heartbeat-interval " + f.Get("heartbeat-interval"));
-  }
-  const std::string state_dir = f.Get("state-dir");
-  ::mkdir(state_dir.c_str(), 0755);
-  // One coordinator per state directory: two would each believe they own every job.
-  const std::string lock_path = state_dir + "/coordinator.lock";
-  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    return Fail("another trainyard-coordinator uses " + state_dir + " (" + lock_path +
-                " is locked); stop it or give another --state-dir");
-  }
-  StatusOr<std::unique_ptr<server::JobStore>> store =
-      server::OpenSqliteJobStore(state_dir + "/jobs.db");
-  if (!store.ok()) return Fail(std::string(store.status().message()));
-  server::CoordinatorOptions options;
-  options.heartbeat_timeout = std::chrono::milliseconds(std::llround(*hb_timeout * 1000));
-  options.heartbeat_interval = std::chrono::milliseconds(std::llround(*hb_interval * 1000));
-  options.checkpoint_root = f.Get("checkpoint-root");
-  StatusOr<std::unique_ptr<server::Coordinator>> coordinator =
-      server::Coordinator::Create(*std::move(store), Clock::Real(), options);
+  StatusOr<std::unique_ptr<server::Coordinator>> coordinator = OpenCoordinator(f);
   if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
 
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -156,27 +198,14 @@ int Run(const Flags& f) {
   server::WorkerService worker_service(coordinator->get(), auth->get(), &stopping, [&](double s) {
     metrics.ObserveHeartbeatLatency(s);
   });
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // v1alpha
   // grpc.reflection.v1, which gRPC 1.51's plugin lacks and grpcurl and Postman try first.
   server::ReflectionV1 reflection_v1({"trainyard.v1.Coordinator", "trainyard.v1.Worker",
                                       "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
                                       "grpc.reflection.v1.ServerReflection"});
-  grpc::ServerBuilder builder;
-  builder.RegisterCallbackGenericService(&reflection_v1);
   int port = 0;
-  builder.AddListeningPort(f.Get("listen"), *creds, &port);
-  builder.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(rpc::kMaxMessageBytes);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  builder.RegisterService(&client_service);
-  builder.RegisterService(&worker_service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return Fail("cannot listen on " + f.Get("listen"));
-  for (const char* name : kServiceNames) {
-    server->GetHealthCheckService()->SetServingStatus(name, true);
-  }
+  std::unique_ptr<grpc::Server> server = StartApiServer(
+      f.Get("listen"), *creds, {&client_service, &worker_service}, &reflection_v1, &port);
+  if (!server) return Fail("cannot listen on " + f.Get("listen"));
 
   std::unique_ptr<grpc::Server> health_server;
   std::string health_address;
@@ -185,27 +214,20 @@ int Run(const Flags& f) {
     StatusOr<std::unique_ptr<grpc::Server>> started = StartHealthServer(hlisten, &hport);
     if (!started.ok()) return Fail(std::string(started.status().message()));
     health_server = *std::move(started);
-    health_address = hlisten.substr(0, hlisten.rfind(':')) + ":" + std::to_string(hport);
+    health_address = Bound(hlisten, hport);
   }
 
-  const std::string listen = f.Get("listen");
-  const std::string address = listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);
+  const std::string address = Bound(f.Get("listen"), port);
   const auto metrics_ports = exposer->GetListeningPorts();
-  const std::string mlisten = f.Get("metrics-listen");
-  const std::string metrics_address = mlisten.substr(0, mlisten.rfind(':')) + ":" +
-                                      std::to_string(metrics_ports.empty() ? 0 : metrics_ports[0]);
+  const std::string metrics_address =
+      Bound(f.Get("metrics-listen"), metrics_ports.empty() ? 0 : metrics_ports[0]);
   TY_LOG(INFO) << "coordinator listening on " << address << " ("
                << (f.Get("tls-cert").empty() ? "plaintext" : (*auth)->mtls() ? "mutual TLS" : "TLS")
                << ((*auth)->tokens() ? ", tokens" : "") << "), metrics on http://"
-               << metrics_address << "/metrics, jobs in " << state_dir << "/jobs.db"
+               << metrics_address << "/metrics, jobs in " << f.Get("state-dir") << "/jobs.db"
                << (health_address.empty() ? "" : ", health (plaintext) on " + health_address);
   if (!f.Get("ready-file").empty()) {
-    const std::string tmp = f.Get("ready-file") + ".tmp";
-    std::ofstream out(tmp);
-    out << address << "\n" << metrics_address << "\n";
-    if (!health_address.empty()) out << health_address << "\n";
-    out.close();
-    std::rename(tmp.c_str(), f.Get("ready-file").c_str());
+    WriteReadyFile(f.Get("ready-file"), {address, metrics_address, health_address});
   }
 
   ScopedStopSignals signals(OnSignal);
