@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -226,6 +228,27 @@ TEST(TrainCliTest, ARunNeverContinuesAnothersCheckpoint) {
     EXPECT_TRUE(fs::exists(e.path() / "metrics.jsonl")) << e.path();
   }
   EXPECT_EQ(kept, 1) << "the old run is kept under previous-*";
+}
+
+// num_threads above what the system lets the process start (here RLIMIT_NPROC 16 for an
+// unprivileged user; root ignores the limit, so the binary runs as nobody) is an error naming
+// the number it can have, not an uncaught std::system_error.
+TEST(TrainCliTest, MoreThreadsThanTheSystemAllowsIsAClearError) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the binary as nobody under a limit";
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  const std::string bin = dir.path() + "/trainyard";
+  fs::copy_file(kBin, bin);
+  const std::string spec = WriteCsvSpec(dir, 2);
+  for (const std::string& f : {spec, dir.path() + "/data.csv"}) ::chmod(f.c_str(), 0644);
+  ::chmod(bin.c_str(), 0755);
+  ProcessResult r = RunProcess({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                "/usr/bin/prlimit", "--nproc=16", bin, "train", spec, "--quiet",
+                                "--set", "num_threads=64", "--set", "checkpoint.dir=" + dir.path() + "/c"},
+                               60s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, ContainsRegex("num_threads = 64: the system let this process start only [0-9]+ "
+                                   "threads .*; set num_threads to [0-9]+ or fewer"));
 }
 
 TEST(TrainCliTest, MetricsFileTakesTheStepsWhereverItIsAsked) {
