@@ -91,7 +91,14 @@ Status Coordinator::Heartbeat(const trainyard::v1::WorkerHeartbeat& hb) {
                          " is not registered (or was declared lost); "
                          "register again");
   }
-  for (const auto& s : hb.ranks()) OnRankStatus(hb.name(), s);
+  // A rank killed by a signal first: when it and the peers that lost it exit together, the
+  // attempt's reason is its (an OOM kill), not a peer's "closed the connection".
+  std::vector<const trainyard::v1::RankStatus*> order;
+  for (const auto& s : hb.ranks()) order.push_back(&s);
+  std::stable_partition(order.begin(), order.end(), [](const trainyard::v1::RankStatus* s) {
+    return s->exited() && s->exit_code() > 128;
+  });
+  for (const trainyard::v1::RankStatus* s : order) OnRankStatus(hb.name(), *s);
   return OkStatus();
 }
 

@@ -222,6 +222,25 @@ TEST_F(CoordinatorTest, JobSucceedsWhenEveryRankExitsZero) {
   EXPECT_EQ(job.restarts(), 0);
 }
 
+// Ranks of one worker that exit together: the one a signal killed (here rank 1, OOM-killed)
+// is the attempt's reason, not rank 0 that lost its peer.
+TEST_F(CoordinatorTest, ARankKilledBySignalIsTheReasonOverThePeersThatLostIt) {
+  Register("a", /*cpu_slots=*/2);
+  const std::string id = Submit();
+  c().Tick();
+  Heartbeat("a", {Rank(id, 1, 0), Rank(id, 1, 1)});
+  ASSERT_EQ(State(id), trainyard::v1::RUNNING);
+  RankStatus peer = Exited(id, 1, 0, 1);
+  peer.set_error("all_reduce #12: rank 1 closed the connection or failed");
+  RankStatus killed = Exited(id, 1, 1, 128 + 9);
+  killed.set_error("killed by SIGKILL, not by this worker: most likely the kernel's out-of-memory killer");
+  Heartbeat("a", {peer, killed});
+  const trainyard::v1::Job job = Get(id);
+  ASSERT_EQ(job.attempts_size(), 1);
+  EXPECT_THAT(job.attempts(0).end_reason(), HasSubstr("rank 1"));
+  EXPECT_THAT(job.attempts(0).end_reason(), HasSubstr("out-of-memory"));
+}
+
 TEST_F(CoordinatorTest, FailedRankRestartsTheJobAfterTheOtherRankExited) {
   const std::string id = StartJob();
   RankStatus failed = Exited(id, 1, 0, 1);
