@@ -156,6 +156,49 @@ TEST(FailureTest, StoppedRankIsNamedHungAndTheAttemptRestarted) {
   EXPECT_TRUE(watch.WaitForState(v1::CANCELLED, 30s)) << watch.Describe();
 }
 
+// The only rank of a one-rank job stopped (SIGSTOP): no rank waits in a collective, yet the
+// job is named hung within the timeout and restarted (Note [A job that makes no progress]).
+TEST(FailureTest, TheStoppedOnlyRankOfAOneRankJobIsAHang) {
+  TempDir dir;
+  Cluster cluster(dir.path(), {1, 1, 10, {}, {}, {}});
+  std::string error;
+  ASSERT_TRUE(cluster.Start(&error)) << error;
+  auto job = cluster.client().Submit(
+      R"({"name":"alone","model":{"mlp":{"sizes":[784,128,10]}},)"
+      R"("data":{"fashion_mnist":{"limit":12800},"num_workers":0},"optimizer":{"sgd":{"lr":0.05}},)"
+      R"("batch_size":32,"steps":100000,"fault_tolerance":{"hang_timeout_seconds":3}})");
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  JobWatch watch(cluster.client(), job->id());
+  ASSERT_TRUE(StepReached(watch, 5, 120s)) << watch.Describe() << cluster.Logs();
+  std::vector<pid_t> ranks = cluster.RankPids(0);
+  ASSERT_EQ(ranks.size(), 1u);
+  ::kill(ranks[0], SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_TRUE(watch.Wait(
+      [](const v1::JobEvent& e) {
+        return e.has_diagnosis() && e.diagnosis().kind() == v1::Diagnosis::HANG;
+      },
+      30s))
+      << watch.Describe() << cluster.Logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 20s);
+  v1::Diagnosis hang;
+  for (const auto& e : watch.events()) {
+    if (e.has_diagnosis()) hang = e.diagnosis();
+  }
+  EXPECT_EQ(hang.rank(), 0);
+  EXPECT_NE(hang.message().find("no rank made progress"), std::string::npos) << hang.message();
+  EXPECT_NE(hang.message().find("rank 0 on w0 (127.0.0.1) no report for"), std::string::npos)
+      << hang.message();
+  ASSERT_TRUE(watch.Wait(
+      [](const v1::JobEvent& e) {
+        return e.has_state() && e.state().to() == v1::RUNNING && e.state().attempt() == 2;
+      },
+      60s))
+      << watch.Describe() << cluster.Logs();
+  ASSERT_TRUE(cluster.client().Cancel(job->id(), false).ok());
+  EXPECT_TRUE(watch.WaitForState(v1::CANCELLED, 30s)) << watch.Describe();
+}
+
 // A rank throttled from outside (stopped 30 ms of every 40) computes about four times longer
 // per step than its peer, which waits for it in the all-reduce instead: it is flagged, and
 // cleared once it runs freely again.
