@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/durable_file.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/signals.h"
@@ -162,15 +163,15 @@ std::string Bound(const std::string& listen, int port) {
   return listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);
 }
 
-// The addresses, one per line, written whole (through a rename) for whoever waits on them.
+// The addresses, one per line, written whole for whoever waits on them.
 void WriteReadyFile(const std::string& path, const std::vector<std::string>& addresses) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp);
+  std::string text;
   for (const std::string& a : addresses) {
-    if (!a.empty()) out << a << "\n";
+    if (!a.empty()) text += a + "\n";
   }
-  out.close();
-  std::rename(tmp.c_str(), path.c_str());
+  if (Status s = WriteFileAtomically(path, text); !s.ok()) {
+    TY_LOG(ERROR) << "--ready-file: " << s.message();
+  }
 }
 
 int Run(const Flags& f) {

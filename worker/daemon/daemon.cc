@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/durable_file.h"
 #include "common/logging.h"
 #include "trainyard/v1/service.grpc.pb.h"
 #include "worker/daemon/rank.h"
@@ -267,9 +268,9 @@ class Daemon {
     TY_LOG(INFO) << "registered with " << o_.coordinator << " as " << o_.name;
     if (!o_.ready_file.empty() && !ready_written_) {
       ready_written_ = true;
-      const std::string tmp = o_.ready_file + ".tmp";
-      std::ofstream(tmp) << metrics_address_ << "\n";
-      std::rename(tmp.c_str(), o_.ready_file.c_str());
+      if (Status s = WriteFileAtomically(o_.ready_file, metrics_address_ + "\n"); !s.ok()) {
+        TY_LOG(ERROR) << "--ready-file: " << s.message();
+      }
     }
     return true;
   }

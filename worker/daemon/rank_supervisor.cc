@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/durable_file.h"
 #include "common/logging.h"
 #include "kernels/cuda/backend.h"
 #include "worker/daemon/rank.h"
@@ -68,14 +69,7 @@ Status RankSupervisor::Start(const trainyard::v1::Assignment& a) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return UnavailableError("creating " + dir + ": " + ec.message());
   const std::string spec_path = dir + "/spec.json";
-  {
-    std::ofstream out(spec_path + ".tmp");
-    out << a.spec_json();
-    if (!out) return UnavailableError("writing " + spec_path);
-  }
-  if (std::rename((spec_path + ".tmp").c_str(), spec_path.c_str()) != 0) {
-    return ErrnoStatus("writing " + spec_path);
-  }
+  RETURN_IF_ERROR(WriteFileAtomically(spec_path, a.spec_json()));
   for (const auto& p : a.ranks()) {
     if (ranks_.count({a.job_id(), a.attempt(), p.rank()})) continue;
     RETURN_IF_ERROR(Spawn(a, p, spec_path));

@@ -12,6 +12,8 @@
 #include <zlib.h>
 #endif
 
+#include "common/durable_file.h"
+
 namespace trainyard::data {
 namespace {
 
@@ -126,24 +128,7 @@ StatusOr<std::string> ReadFileBytes(const std::string& path) {
 }
 
 Status WriteFileBytes(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    FilePtr f(std::fopen(tmp.c_str(), "wb"));
-    if (!f) return OpenError(tmp, errno);
-    if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size() ||
-        std::fflush(f.get()) != 0) {
-      Status s = DataLossError(tmp + ": write failed: " + std::strerror(errno));
-      std::remove(tmp.c_str());
-      return s;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = FailedPreconditionError(path + ": cannot rename " + tmp +
-                                       " onto it: " + std::strerror(errno));
-    std::remove(tmp.c_str());
-    return s;
-  }
-  return OkStatus();
+  return WriteFileAtomically(path, bytes);
 }
 
 }  // namespace trainyard::data

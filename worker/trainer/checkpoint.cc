@@ -14,7 +14,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "worker/tensor/safetensors.h"
-#include "worker/trainer/durable_file.h"
+#include "common/durable_file.h"
 
 namespace trainyard::trainer {
 namespace {

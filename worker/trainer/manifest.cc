@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/check.h"
-#include "worker/trainer/durable_file.h"
+#include "common/durable_file.h"
 
 namespace trainyard::trainer {
 namespace {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/durable_file.h"
 #include "worker/trainer/trainer.h"
 
 namespace trainyard::trainer {
@@ -46,12 +47,8 @@ StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(const std::string& path,
   bool dropped = false;
   const std::string kept = keep_through_step > 0 ? KeptLines(path, keep_through_step, &dropped) : "";
   if (keep_through_step <= 0 || dropped) {
-    const std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (f == nullptr) return Errno("cannot write the metrics file " + tmp);
-    const bool ok = std::fwrite(kept.data(), 1, kept.size(), f) == kept.size();
-    if (std::fclose(f) != 0 || !ok) return Errno("cannot write the metrics file " + tmp);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename " + tmp);
+    Status s = WriteFileAtomically(path, kept);
+    if (!s.ok()) return s.WithContext("the metrics file");
   }
   std::FILE* f = std::fopen(path.c_str(), "a");
   if (f == nullptr) return Errno("cannot open the metrics file " + path);

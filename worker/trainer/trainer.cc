@@ -22,7 +22,7 @@
 #include "worker/optim/sgd.h"
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/storage.h"
-#include "worker/trainer/durable_file.h"
+#include "common/durable_file.h"
 
 namespace trainyard::trainer {
 namespace {
@@ -195,13 +195,8 @@ Status Trainer::Init() {
       std::filesystem::create_directories(dir, ec);
       if (ec)
         return InvalidArgumentError("checkpoint.dir: cannot create " + dir + ": " + ec.message());
-      // Written whole or not at all, like the checkpoints.
-      const std::string tmp = vocabulary_path + ".tmp";
-      RETURN_IF_ERROR(data_.vocabulary->Save(tmp));
-      if (std::rename(tmp.c_str(), vocabulary_path.c_str()) != 0) {
-        return ErrnoStatus("renaming " + tmp + " to " + vocabulary_path);
-      }
-      RETURN_IF_ERROR(SyncDirectory(dir));
+      // Written whole or not at all (WriteFileAtomically), like the checkpoints.
+      RETURN_IF_ERROR(data_.vocabulary->Save(vocabulary_path));
     }
   }
   RETURN_IF_ERROR(Restore());

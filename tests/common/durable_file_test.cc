@@ -1,13 +1,15 @@
-#include "worker/trainer/durable_file.h"
+#include "common/durable_file.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "tests/worker/trainer/trainer_test_util.h"
+#include <filesystem>
 
-namespace trainyard::trainer {
+#include "tests/testing/temp_dir.h"
+
+namespace trainyard {
 namespace {
 
 using ::testing::HasSubstr;
@@ -24,6 +26,21 @@ TEST(DurableFileTest, WritesReplacesAndReadsBackBytes) {
   EXPECT_TRUE(SyncDirectory(tmp.path()).ok());
 }
 
+// The whole new contents or the old, never a part: written beside the file under another name
+// and renamed over it; nothing is left behind, also when the write fails.
+TEST(DurableFileTest, WriteFileAtomicallyReplacesTheFileWhole) {
+  TempDir tmp;
+  ASSERT_TRUE(WriteFileAtomically(tmp.File("f"), "first").ok());
+  ASSERT_TRUE(WriteFileAtomically(tmp.File("f"), "second, longer").ok());
+  EXPECT_EQ(*ReadFileToString(tmp.File("f")), "second, longer");
+  size_t entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) entries += !e.path().empty();
+  EXPECT_EQ(entries, 1u) << "a temporary file was left";
+  Status s = WriteFileAtomically(tmp.File("no/dir/f"), "x");
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr(tmp.File("no/dir/f")));
+}
+
 TEST(DurableFileTest, ErrorsNameThePathWithTheCanonicalCode) {
   TempDir tmp;
   Status s = WriteFileSynced(tmp.File("no/such/dir/f"), "x");
@@ -38,4 +55,4 @@ TEST(DurableFileTest, ErrorsNameThePathWithTheCanonicalCode) {
 }
 
 }  // namespace
-}  // namespace trainyard::trainer
+}  // namespace trainyard

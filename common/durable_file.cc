@@ -1,12 +1,13 @@
-#include "worker/trainer/durable_file.h"
+#include "common/durable_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
-namespace trainyard::trainer {
+namespace trainyard {
 namespace {
 
 // Closes fd on scope exit unless released.
@@ -56,6 +57,22 @@ Status SyncDirectory(const std::string& dir) {
   return closer.Close(dir);
 }
 
+Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  Status s = WriteFileSynced(tmp, bytes);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = ErrnoStatus("renaming \"" + tmp + "\" to \"" + path + "\"");
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s.code() == StatusCode::kNotFound
+               ? NotFoundError("writing \"" + path + "\": " + std::string(s.message()))
+               : s;
+  }
+  const size_t slash = path.rfind('/');
+  return SyncDirectory(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
+}
+
 StatusOr<std::string> ReadFileToString(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("opening \"" + path + "\"");
@@ -72,4 +89,4 @@ StatusOr<std::string> ReadFileToString(const std::string& path) {
   return out;
 }
 
-}  // namespace trainyard::trainer
+}  // namespace trainyard
