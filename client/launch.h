@@ -13,7 +13,8 @@
 
 namespace trainyard::client {
 
-// What the launcher tells each rank (and what a future worker daemon will set the same way).
+// What the launcher of `trainyard train --nproc` tells each rank (worker/daemon/rank.h names
+// what the worker daemon tells its ranks).
 inline constexpr const char* kRankEnv = "TRAINYARD_RANK";             // 0 .. world size - 1
 inline constexpr const char* kWorldSizeEnv = "TRAINYARD_WORLD_SIZE";  // ranks in all
 inline constexpr const char* kStoreEnv = "TRAINYARD_STORE";           // "host:port" of the store

@@ -117,7 +117,10 @@ TEST(SchedulerTest, ScheduleTakesTheSlotsItHandsOut) {
 }
 
 TEST(SchedulerTest, CheckCanEverFitCountsBusySlotsAsFree) {
-  EXPECT_TRUE(CheckCanEverFit(Gang("j", 4), {Worker("a", 0, 2), Worker("b", 1, 2)}).ok());
+  const std::vector<WorkerCapacity> busy = {Worker("a", 0, 2), Worker("b", 1, 2)};
+  EXPECT_FALSE(PlaceGang(Gang("j", 4), busy).has_value()) << "one slot is free now";
+  EXPECT_TRUE(CheckCanEverFit(Gang("j", 4), busy).ok()) << "four exist";
+  EXPECT_EQ(CheckCanEverFit(Gang("j", 5), busy).code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(SchedulerTest, CheckCanEverFitSaysWhatTheJobNeedsAndWhatIsRegistered) {

@@ -7,7 +7,8 @@
 //   PrefixStore                scopes another store to "job/<id>/attempt/<n>/" so two attempts
 //                              of one job never read each other's keys
 //
-// The coordinator's gRPC store (the service issue) implements the same interface.
+// The coordinator's rendezvous, reached over gRPC by ranks under a worker daemon
+// (worker/daemon/grpc_store.h), implements the same interface.
 #pragma once
 
 #include <chrono>

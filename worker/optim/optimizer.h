@@ -2,7 +2,8 @@
 // state (moments, momentum buffers, step counts) that can be saved and restored by name, so a
 // run resumed from a checkpoint continues bit for bit.
 //
-// Parameters are float32 or float64, contiguous, on the CPU and leaves; each name appears once.
+// Parameters are contiguous leaves, float32 or float64 on the CPU and float32 on a GPU (the
+// master weights under autocast); each name appears once.
 // Step() runs under NoGradGuard and skips parameters whose grad is undefined (as PyTorch does):
 // their state and step count stay as they were. Not thread-safe.
 //

@@ -121,7 +121,7 @@ TEST_F(TrainerTest, TrainsAnMlpOnCsvAndEvaluatesOnTheHeldOutRows) {
     EXPECT_DOUBLE_EQ(m.lr, 0.1);
     EXPECT_TRUE(std::isnan(m.grad_norm));  // no clipping asked for
     EXPECT_GT(m.samples_per_second, 0);
-    EXPECT_GE(m.data_seconds, 0);
+    EXPECT_GT(m.data_seconds, 0);  // even a ready batch takes the loader's hand-over
     EXPECT_GT(m.forward_seconds, 0);
     EXPECT_GT(m.backward_seconds, 0);
     EXPECT_GT(m.optimizer_seconds, 0);
