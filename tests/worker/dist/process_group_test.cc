@@ -514,9 +514,15 @@ TEST_F(GlooTest, ADyingRankFailsTheCollectiveAndBreaksTheGroup) {
                   st.code() == StatusCode::kDeadlineExceeded)
           << st;
       EXPECT_NE(st.message().find("all_reduce #2 (16777216 float32)"), std::string::npos) << st;
-      // Rank 1 receives from rank 2 in the ring, so it sees the death first hand.
+      // Rank 1 receives from rank 2 in the ring, so it sees the death first hand. It names rank 2
+      // when the address Gloo prints maps to it (Note [Naming the peer]); under load, about one
+      // run in 40, the far end is a port rank 2 dialed from that its scan of its sockets did not
+      // see yet, and the message says "a peer". Never another rank.
       if (r == 1) {
-        EXPECT_NE(st.message().find("rank 2"), std::string::npos) << st;
+        EXPECT_TRUE(st.message().find("rank 2 closed") != std::string::npos ||
+                    st.message().find("a peer closed") != std::string::npos)
+            << st;
+        EXPECT_EQ(st.message().find("rank 0"), std::string::npos) << st;
       }
       std::printf("rank %d: %s\n", r, st.ToString().c_str());
       Status next = g.Barrier()->Wait(milliseconds(1000));
