@@ -161,8 +161,9 @@ int OneJob(const std::string& command, const std::vector<std::string>& args) {
                 "stop (after a checkpoint at a common step with --checkpoint).\n\nflags:");
   if (command == "cancel") f.Switch("checkpoint", "save a checkpoint before stopping");
   if (command == "watch") {
-    f.Switch("steps", "also print every step's metrics as a line on stdout (with -o json, "
-                      "every event already is one)");
+    f.Switch("steps",
+             "also print every step's metrics as a line on stdout (with -o json, "
+             "every event already is one)");
   }
   AddConnectFlags(f);
   int code = 0;

@@ -17,10 +17,10 @@
 
 #include "client/format.h"
 #include "client/launch.h"
-#include "common/signals.h"
 #include "client/spec_file.h"
 #include "client/train_preflight.h"
 #include "common/json.h"
+#include "common/signals.h"
 #include "kernels/cpu/parallel.h"
 #include "worker/dist/process_group.h"
 #include "worker/dist/store.h"
@@ -314,11 +314,13 @@ int ParseArgs(const std::vector<std::string>& args, TrainArgs* out) {
     } else if (a.rfind("--set=", 0) == 0) {
       out->overrides.push_back(a.substr(6));
     } else if (a == "--metrics-file") {
-      if (i + 1 >= args.size()) return Fail("--metrics-file takes a path\n" + std::string(kUsage), 2);
+      if (i + 1 >= args.size())
+        return Fail("--metrics-file takes a path\n" + std::string(kUsage), 2);
       out->rank_args.push_back(args[i + 1]);
       out->metrics_file = args[++i];
     } else if (a == "--resume-from") {
-      if (i + 1 >= args.size()) return Fail("--resume-from takes a checkpoint step directory\n" + std::string(kUsage), 2);
+      if (i + 1 >= args.size())
+        return Fail("--resume-from takes a checkpoint step directory\n" + std::string(kUsage), 2);
       out->rank_args.push_back(args[i + 1]);
       out->overrides.push_back("checkpoint.resume_from=" + args[++i]);
     } else if (a == "--quiet" || a == "-q") {
@@ -510,7 +512,8 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (!nproc.ok()) return Fail(std::string(nproc.status().message()) + "\n" + kUsage, 2);
   if (Status s = CheckMemory(*spec, *nproc); !s.ok()) return Fail(std::string(s.message()), 2);
   if (a.fresh) {
-    if (Status s = MoveAside(spec->checkpoint.dir); !s.ok()) return Fail(std::string(s.message()), 1);
+    if (Status s = MoveAside(spec->checkpoint.dir); !s.ok())
+      return Fail(std::string(s.message()), 1);
   }
   if (*nproc == 1) return Train(a, *spec, nullptr);
   LaunchOptions launch;

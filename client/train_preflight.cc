@@ -24,7 +24,8 @@ Status MoveAside(const std::string& dir) {
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "previous-%Y%m%d-%H%M%S", std::gmtime(&now));
   fs::path to = fs::path(dir) / stamp;
-  for (int n = 2; fs::exists(to, ec); ++n) to = fs::path(dir) / (std::string(stamp) + "-" + std::to_string(n));
+  for (int n = 2; fs::exists(to, ec); ++n)
+    to = fs::path(dir) / (std::string(stamp) + "-" + std::to_string(n));
   fs::create_directory(to, ec);
   if (ec) return UnavailableError("--fresh: cannot create " + to.string() + ": " + ec.message());
   for (const fs::path& p : entries) {
@@ -41,11 +42,12 @@ Status CheckMemory(const spec::JobSpec& spec, int nproc) {
   if (usable <= 0 || spec.device == "cuda") return OkStatus();  // unknown; a GPU's is the rank's
   const spec::MemoryEstimate m = spec::EstimateRankMemory(spec, /*vocab_size=*/256);
   if (m.total_bytes() <= usable / nproc) return OkStatus();
-  return InvalidArgumentError("the job needs " + m.Describe() +
-                              (nproc > 1 ? ", for each of " + std::to_string(nproc) + " ranks" : "") +
-                              "; this machine lets it use " + spec::FormatBytes(usable) +
-                              " in all: lower batch_size, the model's size or context, or use "
-                              "parallelism.zero_stage: 1 across ranks");
+  return InvalidArgumentError(
+      "the job needs " + m.Describe() +
+      (nproc > 1 ? ", for each of " + std::to_string(nproc) + " ranks" : "") +
+      "; this machine lets it use " + spec::FormatBytes(usable) +
+      " in all: lower batch_size, the model's size or context, or use "
+      "parallelism.zero_stage: 1 across ranks");
 }
 
 }  // namespace trainyard::client

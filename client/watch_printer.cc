@@ -25,17 +25,17 @@ int ExitCodeOf(v1::JobState state) {
   }
 }
 
-
 WatchPrinter::WatchPrinter(bool json, bool quiet, bool steps)
     : json_(json), quiet_(quiet), tty_(::isatty(STDERR_FILENO)), steps_(steps) {}
 
 void WatchPrinter::StepLine(const v1::StepMetrics& m) {
   Close();
-  std::printf("step %lld/%lld  loss %.6g  lr %.6g  grad_norm %.6g  %.1f samples/s  data %.4f  "
-              "forward %.4f  backward %.4f  allreduce_wait %.4f  optimizer %.4f\n",
-              static_cast<long long>(m.step()), static_cast<long long>(m.total_steps()), m.loss(),
-              m.lr(), m.grad_norm(), m.samples_per_second(), m.data_seconds(), m.forward_seconds(),
-              m.backward_seconds(), m.allreduce_wait_seconds(), m.optimizer_seconds());
+  std::printf(
+      "step %lld/%lld  loss %.6g  lr %.6g  grad_norm %.6g  %.1f samples/s  data %.4f  "
+      "forward %.4f  backward %.4f  allreduce_wait %.4f  optimizer %.4f\n",
+      static_cast<long long>(m.step()), static_cast<long long>(m.total_steps()), m.loss(), m.lr(),
+      m.grad_norm(), m.samples_per_second(), m.data_seconds(), m.forward_seconds(),
+      m.backward_seconds(), m.allreduce_wait_seconds(), m.optimizer_seconds());
   std::fflush(stdout);
 }
 

@@ -26,7 +26,8 @@ int64_t UsableMemoryBytes(const std::string& meminfo, const std::string& cgroup_
   char* end = nullptr;
   const long long limit = std::strtoll(cgroup_limit.c_str(), &end, 10);
   // cgroup v1 writes "no limit" as a huge number (PAGE_COUNTER_MAX pages); MemTotal is smaller.
-  if (end != cgroup_limit.c_str() && limit > 0) total = total > 0 ? std::min<int64_t>(total, limit) : limit;
+  if (end != cgroup_limit.c_str() && limit > 0)
+    total = total > 0 ? std::min<int64_t>(total, limit) : limit;
   return total;
 }
 

@@ -64,9 +64,10 @@ const std::vector<FieldViolation>& Status::field_violations() const {
 
 Status Status::WithFieldViolations(std::vector<FieldViolation> violations) const {
   Status out = *this;
-  out.violations_ = violations.empty()
-                        ? nullptr
-                        : std::make_shared<const std::vector<FieldViolation>>(std::move(violations));
+  out.violations_ =
+      violations.empty()
+          ? nullptr
+          : std::make_shared<const std::vector<FieldViolation>>(std::move(violations));
   return out;
 }
 

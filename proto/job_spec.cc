@@ -113,7 +113,8 @@ class Reader {
     if (v == nullptr) return;
     const std::string range = "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
     std::optional<int64_t> n = ToInt(*v);
-    if (!n) return Problem(name, *v, BeyondInt64(*v) ? "out of range: " + range : "expected an integer");
+    if (!n)
+      return Problem(name, *v, BeyondInt64(*v) ? "out of range: " + range : "expected an integer");
     if (*n < lo || *n > hi) return Problem(name, *v, range);
     *out = *n;
   }
@@ -133,7 +134,8 @@ class Reader {
                            [](char c) { return c >= '0' && c <= '9'; })) {
       errno = 0;
       unsigned long long n = std::strtoull(v->string_value().c_str(), nullptr, 10);
-      if (errno == ERANGE) return Problem(name, *v, "out of range: must be in [0, 18446744073709551615]");
+      if (errno == ERANGE)
+        return Problem(name, *v, "out of range: must be in [0, 18446744073709551615]");
       *out = n;
     } else if (BeyondInt64(*v) || (v->is_integer() && v->int_value() < 0)) {
       Problem(name, *v, "out of range: must be in [0, 18446744073709551615]");
@@ -236,8 +238,8 @@ class Reader {
       if (v != nullptr && !v->is_null()) found.push_back(m);
     }
     if (found.size() > 1) {
-      Add(internal::FieldProblem(path_, "set only one of " + Join(all, ", ") + " (found " +
-                                            Join(found, " and ") + ")"));
+      Add(internal::FieldProblem(
+          path_, "set only one of " + Join(all, ", ") + " (found " + Join(found, " and ") + ")"));
     } else if (found.size() == 1) {
       *out = found[0];
     } else if (required) {
@@ -281,7 +283,8 @@ class Reader {
     if (snake) taken_.insert(name);
     if (lower) taken_.insert(camel);
     if (snake && lower) {
-      Add(internal::FieldProblem(Path(name), std::string("set twice, as ") + name + " and " + camel));
+      Add(internal::FieldProblem(Path(name),
+                                 std::string("set twice, as ") + name + " and " + camel));
       return nullptr;
     }
     const Json* v = snake ? snake : lower;
@@ -310,8 +313,9 @@ class Reader {
     if (!v.is_string()) return false;
     const std::string& s = v.string_value();
     const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+');
-    return s.size() > sign + 18 && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(sign), s.end(),
-                                               [](char c) { return c >= '0' && c <= '9'; });
+    return s.size() > sign + 18 &&
+           std::all_of(s.begin() + static_cast<std::ptrdiff_t>(sign), s.end(),
+                       [](char c) { return c >= '0' && c <= '9'; });
   }
   static std::optional<int64_t> ToInt(const Json& v) {
     if (v.is_integer()) return v.int_value();

@@ -21,21 +21,21 @@ void CheckBackend(const JobSpec& s, Problems* problems) {
   const ParallelismSpec& p = s.parallelism;
   if (!AllFine(*problems, {"device", "parallelism.backend"})) return;
   if (p.backend == "gloo" && s.device != "cpu") {
-    problems->push_back(ValueProblem("parallelism.backend", "\"gloo\"",
-                                     "needs device \"cpu\" (device = " + Quote(s.device) +
-                                         "); use \"nccl\" or \"auto\""));
+    problems->push_back(ValueProblem(
+        "parallelism.backend", "\"gloo\"",
+        "needs device \"cpu\" (device = " + Quote(s.device) + "); use \"nccl\" or \"auto\""));
   }
   if (p.backend == "nccl" && s.device != "cuda") {
-    problems->push_back(ValueProblem("parallelism.backend", "\"nccl\"",
-                                     "needs device \"cuda\" (device = " + Quote(s.device) +
-                                         "); use \"gloo\" or \"auto\""));
+    problems->push_back(ValueProblem(
+        "parallelism.backend", "\"nccl\"",
+        "needs device \"cuda\" (device = " + Quote(s.device) + "); use \"gloo\" or \"auto\""));
   }
   if (p.all_reduce_algorithm == "ring_chunked" && ResolvedBackend(s) != "gloo" &&
       !HasProblem(*problems, "parallelism.all_reduce_algorithm")) {
-    problems->push_back(ValueProblem("parallelism.all_reduce_algorithm", "\"ring_chunked\"",
-                                     "needs the gloo backend (parallelism.backend = " +
-                                         Quote(p.backend) + " is nccl on device " +
-                                         Quote(s.device) + "); use \"ring\""));
+    problems->push_back(
+        ValueProblem("parallelism.all_reduce_algorithm", "\"ring_chunked\"",
+                     "needs the gloo backend (parallelism.backend = " + Quote(p.backend) +
+                         " is nccl on device " + Quote(s.device) + "); use \"ring\""));
   }
 }
 
@@ -96,12 +96,13 @@ void CheckRelations(JobSpec& s, Problems* problems) {
     problems->push_back(FieldProblem(field, what));
   };
   if (!ValidName(s.name)) {
-    add("name", Quote(s.name), "must be 1 to 63 characters of a-z, 0-9 and '-', starting with a letter");
+    add("name", Quote(s.name),
+        "must be 1 to 63 characters of a-z, 0-9 and '-', starting with a letter");
   }
   if (s.steps > 0 && s.epochs > 0) {
     problems->push_back({"steps", "set only one of steps and epochs",
-                         "steps = " + std::to_string(s.steps) + " and epochs = " +
-                             std::to_string(s.epochs) + ": set only one"});
+                         "steps = " + std::to_string(s.steps) +
+                             " and epochs = " + std::to_string(s.epochs) + ": set only one"});
   }
   if (s.steps == 0 && s.epochs == 0) s.epochs = 1;
 
@@ -125,10 +126,10 @@ void CheckRelations(JobSpec& s, Problems* problems) {
   if (!m.arch.empty() && !src.empty()) {
     bool text = src == "text" || src == "tokens";
     if (text != (m.arch == "gpt")) {
-      add_field("model." + m.arch,
-                "cannot train on data." + src + " (" +
-                    (text ? "text data needs model.gpt" : "model.gpt needs data.text or data.tokens") +
-                    ")");
+      add_field("model." + m.arch, "cannot train on data." + src + " (" +
+                                       (text ? "text data needs model.gpt"
+                                             : "model.gpt needs data.text or data.tokens") +
+                                       ")");
     } else if (src == "csv" && m.arch != "mlp") {
       add_field("model." + m.arch, "cannot train on data.csv (tabular data needs model.mlp)");
     } else if (src == "fashion_mnist") {

@@ -13,36 +13,37 @@ namespace {
 
 constexpr const char* kBadRequestType = "type.googleapis.com/google.rpc.BadRequest";
 
-// The protobuf wire form of the few messages below, written by hand: google.rpc's .proto
-// files are not among Debian's packages, and these are three small, stable messages.
-void PutVarint(uint64_t v, std::string* out) {
-  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-  out->push_back(static_cast<char>(v));
-}
-void PutBytes(int field, const std::string& bytes, std::string* out) {
-  PutVarint(static_cast<uint64_t>(field) << 3 | 2, out);
-  PutVarint(bytes.size(), out);
-  out->append(bytes);
+// The few google.rpc messages below are built as protobuf UnknownFieldSets (field numbers,
+// not generated code): google.rpc's .proto files are not among Debian's packages, and these
+// are three small, stable messages.
+using google::protobuf::UnknownFieldSet;
+
+std::string Serialized(const UnknownFieldSet& m) {
+  std::string out;
+  m.SerializeToString(&out);
+  return out;
 }
 
 // google.rpc.BadRequest.FieldViolation{field = 1, description = 2}.
 std::string EncodeViolation(const FieldViolation& v) {
-  std::string out;
-  PutBytes(1, v.field, &out);
-  PutBytes(2, v.description, &out);
-  return out;
+  UnknownFieldSet m;
+  m.AddLengthDelimited(1, v.field);
+  m.AddLengthDelimited(2, v.description);
+  return Serialized(m);
 }
 
 // google.rpc.Status{code = 1, message = 2, details = 3 (Any{type_url = 1, value = 2})} with one
 // BadRequest{field_violations = 1} detail holding what fits kMaxViolationBytes.
 std::string EncodeDetails(int code, const std::string& message,
                           const std::vector<FieldViolation>& violations) {
-  std::string bad_request;
+  UnknownFieldSet bad_request;
+  size_t bytes = 0;
   size_t i = 0;
   for (; i < violations.size(); ++i) {
     std::string one = EncodeViolation(violations[i]);
-    if (bad_request.size() + one.size() + 64 > kMaxViolationBytes) break;
-    PutBytes(1, one, &bad_request);
+    if (bytes + one.size() + 64 > kMaxViolationBytes) break;
+    bytes += 1 + (one.size() < 128 ? 1 : 2) + one.size();  // its tag, length and bytes
+    bad_request.AddLengthDelimited(1, one);
   }
   if (i < violations.size()) {
     // The list may end in its own {"", "and N more"} (ProblemsStatus caps it too): those N
@@ -52,22 +53,22 @@ std::string EncodeDetails(int code, const std::string& message,
     if (last.field.empty() && last.description.rfind("and ", 0) == 0) {
       left_out += std::strtoull(last.description.c_str() + 4, nullptr, 10) - 1;
     }
-    PutBytes(1, EncodeViolation({"", "and " + std::to_string(left_out) + " more"}), &bad_request);
+    bad_request.AddLengthDelimited(
+        1, EncodeViolation({"", "and " + std::to_string(left_out) + " more"}));
   }
-  std::string any, status;
-  PutBytes(1, kBadRequestType, &any);
-  PutBytes(2, bad_request, &any);
-  PutVarint(1 << 3, &status);
-  PutVarint(static_cast<uint64_t>(code), &status);
-  PutBytes(2, message, &status);
-  PutBytes(3, any, &status);
-  return status;
+  UnknownFieldSet any, status;
+  any.AddLengthDelimited(1, kBadRequestType);
+  any.AddLengthDelimited(2, Serialized(bad_request));
+  status.AddVarint(1, static_cast<uint64_t>(code));
+  status.AddLengthDelimited(2, message);
+  status.AddLengthDelimited(3, Serialized(any));
+  return Serialized(status);
 }
 
 // The length-delimited fields numbered `field` of the message `bytes` (empty if it does not
 // parse).
 std::vector<std::string> Fields(const std::string& bytes, int field) {
-  google::protobuf::UnknownFieldSet set;
+  UnknownFieldSet set;
   std::vector<std::string> out;
   if (!set.ParseFromString(bytes)) return out;
   for (int i = 0; i < set.field_count(); ++i) {

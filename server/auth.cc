@@ -14,9 +14,9 @@ namespace {
 
 bool ValidName(const std::string& name) {
   return !name.empty() && name.size() <= 63 && std::all_of(name.begin(), name.end(), [](char c) {
-           return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ||
-                  c == '_' || c == '@';
-         });
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
+           c == '@';
+  });
 }
 
 bool ValidPattern(const std::string& p) {
@@ -55,7 +55,8 @@ std::string Needs(Role role) {
 
 std::vector<std::string> Properties(const grpc::AuthContext& auth, const char* name) {
   std::vector<std::string> out;
-  for (const grpc::string_ref& v : auth.FindPropertyValues(name)) out.emplace_back(v.data(), v.size());
+  for (const grpc::string_ref& v : auth.FindPropertyValues(name))
+    out.emplace_back(v.data(), v.size());
   return out;
 }
 
@@ -103,8 +104,9 @@ StatusOr<std::vector<TokenEntry>> ParseTokens(const std::string& text, const std
     }
     TokenEntry e{w[0], w[1], Role::kClient, ""};
     if (!ValidName(e.name)) {
-      return InvalidArgumentError(where + "name " + Quote(e.name) +
-                                  " must be 1 to 63 characters of A-Z, a-z, 0-9, '-', '.', '_', '@'");
+      return InvalidArgumentError(
+          where + "name " + Quote(e.name) +
+          " must be 1 to 63 characters of A-Z, a-z, 0-9, '-', '.', '_', '@'");
     }
     const std::string role = w.size() == 3 ? w[2] : "client";
     if (role == "worker") {
@@ -118,12 +120,14 @@ StatusOr<std::vector<TokenEntry>> ParseTokens(const std::string& text, const std
                                   " (a PATTERN is a worker name, optionally ending in '*')");
     }
     if (auto [it, fresh] = seen.emplace(e.token, n); !fresh) {
-      return InvalidArgumentError(where + "repeats the token of line " + std::to_string(it->second));
+      return InvalidArgumentError(where + "repeats the token of line " +
+                                  std::to_string(it->second));
     }
     out.push_back(std::move(e));
   }
-  if (out.empty()) return InvalidArgumentError(source + " holds no token; " +
-                                               "one per line: TOKEN NAME [client | worker | worker=PATTERN]");
+  if (out.empty())
+    return InvalidArgumentError(source + " holds no token; " +
+                                "one per line: TOKEN NAME [client | worker | worker=PATTERN]");
   return out;
 }
 
@@ -149,7 +153,8 @@ StatusOr<size_t> Authenticator::Reload() {
   if (!in) return InvalidArgumentError("--tokens-file " + tokens_file_ + ": cannot read the file");
   std::stringstream text;
   text << in.rdbuf();
-  ASSIGN_OR_RETURN(std::vector<TokenEntry> table, ParseTokens(text.str(), "--tokens-file " + tokens_file_));
+  ASSIGN_OR_RETURN(std::vector<TokenEntry> table,
+                   ParseTokens(text.str(), "--tokens-file " + tokens_file_));
   const size_t n = table.size();
   std::lock_guard<std::mutex> lock(mu_);
   table_ = std::make_shared<const std::vector<TokenEntry>>(std::move(table));
@@ -175,8 +180,9 @@ StatusOr<Identity> Authenticator::Identify(const grpc::ServerContext& ctx, Role 
     if (auto it = md.find("authorization"); it != md.end()) {
       const std::string token = BearerToken(std::string(it->second.data(), it->second.size()));
       const auto table = Table();
-      auto e = std::find_if(table->begin(), table->end(),
-                            [&](const TokenEntry& t) { return !token.empty() && t.token == token; });
+      auto e = std::find_if(table->begin(), table->end(), [&](const TokenEntry& t) {
+        return !token.empty() && t.token == token;
+      });
       if (e == table->end()) {
         bad_token = token.empty() ? "a malformed authorization header" : "an unknown bearer token";
       } else {

@@ -82,7 +82,8 @@ class Authenticator {
   bool mtls() const { return mtls_; }
 
  private:
-  Authenticator(std::string tokens_file, bool mtls) : tokens_file_(std::move(tokens_file)), mtls_(mtls) {}
+  Authenticator(std::string tokens_file, bool mtls)
+      : tokens_file_(std::move(tokens_file)), mtls_(mtls) {}
   std::shared_ptr<const std::vector<TokenEntry>> Table() const;
 
   const std::string tokens_file_;

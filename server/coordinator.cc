@@ -106,6 +106,7 @@ Status Coordinator::Load() {
                            "cannot read: " + std::string(parsed.status().message()));
     }
     e->spec = *std::move(parsed);
+    e->gang = GangOf(job.id(), e->spec);
     ASSIGN_OR_RETURN(std::vector<JobEvent> events, store_->LoadEvents(job.id()));
     e->next_event_seq = events.empty() ? 1 : events.back().seq() + 1;
     const size_t dash = job.id().rfind('-');
@@ -182,8 +183,8 @@ Status Coordinator::Transition(Entry& e, JobState to, const std::string& reason,
   change->set_reason(reason);
   change->set_attempt(e.job.attempts_size());
   change->set_actor(actor);
-  TY_LOG(INFO) << "job " << e.job.id() << ": " << JobStateName(from) << " -> "
-               << JobStateName(to) << (reason.empty() ? "" : ": " + reason)
+  TY_LOG(INFO) << "job " << e.job.id() << ": " << JobStateName(from) << " -> " << JobStateName(to)
+               << (reason.empty() ? "" : ": " + reason)
                << (actor.empty() ? "" : " (by " + actor + ")");
   Status s = Emit(e, std::move(event));
   if (IsFinal(to)) {
@@ -215,9 +216,11 @@ StatusOr<Job> Coordinator::Submit(const std::string& spec_json, const std::strin
   }
   ASSIGN_OR_RETURN(spec::JobSpec spec, spec::ParseJobSpec(*json));
   std::lock_guard<std::mutex> lock(mu_);
-  const GangRequest gang = GangOf("", spec);
+  GangRequest gang = GangOf("", spec);
   std::vector<WorkerCapacity> all;
-  for (const WorkerRegistry::Entry* w : registry_.Alive()) all.push_back(CapacityOf(w->info, gang.gpu));
+  for (const WorkerRegistry::Entry* w : registry_.Alive()) {
+    all.push_back(CapacityOf(w->info, gang.gpu));
+  }
   if (all.empty()) {
     return FailedPreconditionError("no worker is registered with the coordinator; start "
                                    "trainyard-worker on the nodes (or use trainyard local)");
@@ -242,11 +245,13 @@ StatusOr<Job> Coordinator::Submit(const std::string& spec_json, const std::strin
                                                       spec.fault_tolerance.straggler_factor,
                                                       spec.fault_tolerance.straggler_window_steps);
   e->spec = std::move(spec);
+  gang.job_id = id;
+  e->gang = std::move(gang);
   Entry& entry = *e;
   jobs_[id] = std::move(e);
   order_.push_back(id);
-  Status s = Transition(entry, trainyard::v1::PENDING,
-                        actor.empty() ? "" : "submitted by " + actor, actor);
+  Status s = Transition(entry, trainyard::v1::PENDING, actor.empty() ? "" : "submitted by " + actor,
+                        actor);
   if (!s.ok()) {
     jobs_.erase(id);
     order_.pop_back();
@@ -334,11 +339,11 @@ StatusOr<Job> Coordinator::Cancel(const std::string& id, bool checkpoint,
     return FailedPreconditionError("job " + id + " is already " + JobStateName(e->job.state()));
   }
   if (!e->job.cancel_requested()) {
-    const std::string reason = actor.empty() ? "cancelled" : "cancelled by " + actor;
-    TY_LOG(INFO) << "job " << id << ": " << reason << (checkpoint ? " (checkpoint first)" : "");
     e->job.set_cancel_requested(true);
     e->job.set_cancel_checkpoint(checkpoint);
     e->job.set_cancelled_by(actor);
+    const std::string reason = CancelReason(e->job);
+    TY_LOG(INFO) << "job " << id << ": " << reason << (checkpoint ? " (checkpoint first)" : "");
     if (ActiveAttempt(*e)) {
       // The ranks stop (after a checkpoint at a common step when asked); CANCELLED once they
       // have exited (CheckStopped).
@@ -396,7 +401,7 @@ std::vector<trainyard::v1::WorkerInfo> Coordinator::ListWorkers() {
   std::map<std::string, int64_t> memory;
   for (const auto& [id, e] : jobs_) {
     if (!ActiveAttempt(*e) && !e->stopping) continue;
-    const int64_t rank_memory = e->spec.device == "cuda" ? 0 : GangOf(id, e->spec).rank_memory_bytes;
+    const int64_t rank_memory = e->gang.gpu ? 0 : e->gang.rank_memory_bytes;
     for (const auto& [rank, r] : e->ranks) {
       if (r.status.exited()) continue;
       ++used[r.placement.worker()];

@@ -143,6 +143,7 @@ class Coordinator {
   struct Entry {
     trainyard::v1::Job job;
     spec::JobSpec spec;
+    GangRequest gang;  // GangOf(id, spec), made once: the spec never changes
     int64_t next_event_seq = 1;
     std::vector<std::weak_ptr<Watcher>> watchers;
     // The last attempt's ranks, while they run or are being stopped.
@@ -176,8 +177,8 @@ class Coordinator {
   // How a rank's failure ends an attempt (coordinator_faults.cc).
   struct RankFailure {
     std::string reason;
-    int exit_code = 0;   // the rank's; 0 for a hang or an exit 0 before the last step
-    int64_t step = 0;    // the step the rank had reached; 0: unknown
+    int exit_code = 0;  // the rank's; 0 for a hang or an exit 0 before the last step
+    int64_t step = 0;   // the step the rank had reached; 0: unknown
     bool restartable = true;
   };
   // Records `f` in the attempt (Attempt.failed_exit_code, failed_step) and aborts it; fails the
@@ -217,8 +218,6 @@ class Coordinator {
 };
 
 const char* JobStateName(trainyard::v1::JobState state);
-// "rank 1 on w1 (10.0.0.7)": how reasons and diagnoses name a rank.
-std::string RankName(const trainyard::v1::RankPlacement& p);
 // "cancelled", or "cancelled by <client>".
 std::string CancelReason(const trainyard::v1::Job& job);
 bool IsFinal(trainyard::v1::JobState state);

@@ -13,10 +13,6 @@ namespace trainyard::server {
 
 using trainyard::v1::JobEvent;
 
-std::string RankName(const trainyard::v1::RankPlacement& p) {
-  return "rank " + std::to_string(p.rank()) + " on " + p.worker() + " (" + p.host() + ")";
-}
-
 namespace {
 
 int64_t MsOf(std::chrono::nanoseconds d) {

@@ -323,7 +323,7 @@ std::vector<WorkerCapacity> Coordinator::FreeCapacity(bool gpu) const {
   std::map<std::string, int64_t> memory;  // estimates of the CPU ranks placed there
   for (const auto& [id, e] : jobs_) {
     if ((!ActiveAttempt(*e) && !e->stopping) || (e->spec.device == "cuda") != gpu) continue;
-    const int64_t rank_memory = gpu ? 0 : GangOf(id, e->spec).rank_memory_bytes;
+    const int64_t rank_memory = gpu ? 0 : e->gang.rank_memory_bytes;
     for (const auto& [rank, r] : e->ranks) {
       if (r.status.exited()) continue;
       used[r.placement.worker()].insert(r.placement.slot());
@@ -360,7 +360,7 @@ void Coordinator::Schedule() {
     std::vector<GangRequest> requests;
     for (const Entry* e : queue) {
       if ((e->spec.device == "cuda") != gpu) continue;
-      requests.push_back(GangOf(e->job.id(), e->spec));
+      requests.push_back(e->gang);
     }
     if (requests.empty()) continue;
     std::vector<WorkerCapacity> free = FreeCapacity(gpu);

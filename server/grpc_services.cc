@@ -28,10 +28,10 @@ std::chrono::milliseconds StoreTimeout(int64_t ms) {
 }  // namespace
 
 // Declares `caller`, the identity of the call's credential, or returns the refusal.
-#define TY_IDENTIFY(caller, role)                                    \
-  StatusOr<Identity> caller##_or = auth_->Identify(*ctx, role);      \
-  if (!caller##_or.ok()) return rpc::ToGrpc(caller##_or.status());   \
-  const Identity& caller = *caller##_or;                             \
+#define TY_IDENTIFY(caller, role)                                  \
+  StatusOr<Identity> caller##_or = auth_->Identify(*ctx, role);    \
+  if (!caller##_or.ok()) return rpc::ToGrpc(caller##_or.status()); \
+  const Identity& caller = *caller##_or;                           \
   (void)caller
 
 namespace {
@@ -69,15 +69,22 @@ Json FieldValue(const google::protobuf::Message& m, const FieldDescriptor* f, in
   const google::protobuf::Reflection* r = m.GetReflection();
   const bool rep = i >= 0;
   switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: return Json(rep ? r->GetRepeatedInt32(m, f, i) : r->GetInt32(m, f));
-    case FieldDescriptor::CPPTYPE_INT64: return Json(rep ? r->GetRepeatedInt64(m, f, i) : r->GetInt64(m, f));
-    case FieldDescriptor::CPPTYPE_UINT32: return Json(rep ? r->GetRepeatedUInt32(m, f, i) : r->GetUInt32(m, f));
-    case FieldDescriptor::CPPTYPE_UINT64: return Json(rep ? r->GetRepeatedUInt64(m, f, i) : r->GetUInt64(m, f));
-    case FieldDescriptor::CPPTYPE_DOUBLE: return Json(rep ? r->GetRepeatedDouble(m, f, i) : r->GetDouble(m, f));
+    case FieldDescriptor::CPPTYPE_INT32:
+      return Json(rep ? r->GetRepeatedInt32(m, f, i) : r->GetInt32(m, f));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return Json(rep ? r->GetRepeatedInt64(m, f, i) : r->GetInt64(m, f));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return Json(rep ? r->GetRepeatedUInt32(m, f, i) : r->GetUInt32(m, f));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return Json(rep ? r->GetRepeatedUInt64(m, f, i) : r->GetUInt64(m, f));
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return Json(rep ? r->GetRepeatedDouble(m, f, i) : r->GetDouble(m, f));
     case FieldDescriptor::CPPTYPE_FLOAT:
       return Json(static_cast<double>(rep ? r->GetRepeatedFloat(m, f, i) : r->GetFloat(m, f)));
-    case FieldDescriptor::CPPTYPE_BOOL: return Json(rep ? r->GetRepeatedBool(m, f, i) : r->GetBool(m, f));
-    case FieldDescriptor::CPPTYPE_STRING: return Json(rep ? r->GetRepeatedString(m, f, i) : r->GetString(m, f));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return Json(rep ? r->GetRepeatedBool(m, f, i) : r->GetBool(m, f));
+    case FieldDescriptor::CPPTYPE_STRING:
+      return Json(rep ? r->GetRepeatedString(m, f, i) : r->GetString(m, f));
     case FieldDescriptor::CPPTYPE_ENUM:
       return Json((rep ? r->GetRepeatedEnum(m, f, i) : r->GetEnum(m, f))->name());
     case FieldDescriptor::CPPTYPE_MESSAGE:
@@ -93,7 +100,8 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx,
                                            v1::SubmitJobResponse* resp) {
   TY_IDENTIFY(caller, Role::kClient);
   if (req->spec_source_case() == v1::SubmitJobRequest::SPEC_SOURCE_NOT_SET) {
-    return rpc::ToGrpc(InvalidArgumentError("no spec: set spec_json (JSON text) or spec (a JobSpec)"));
+    return rpc::ToGrpc(
+        InvalidArgumentError("no spec: set spec_json (JSON text) or spec (a JobSpec)"));
   }
   const std::string spec = req->spec_source_case() == v1::SubmitJobRequest::kSpec
                                ? SpecToJson(req->spec()).Dump()
@@ -235,8 +243,8 @@ grpc::Status WorkerService::ReportMetrics(grpc::ServerContext* ctx,
     if (Status s = caller.MayActAsWorker(report.worker()); !s.ok()) return rpc::ToGrpc(s);
     Status s = c_->ReportMetrics(report);
     if (!s.ok()) {
-      TY_LOG(WARNING) << "metrics of job " << report.job_id() << " from " << report.worker()
-                      << ": " << s.message();
+      TY_LOG(WARNING) << "metrics of job " << report.job_id() << " from " << report.worker() << ": "
+                      << s.message();
     }
   }
   return grpc::Status::OK;

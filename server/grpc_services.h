@@ -51,10 +51,7 @@ class WorkerService final : public trainyard::v1::Worker::Service {
   // the seconds from sending to applied.
   WorkerService(Coordinator* c, const Authenticator* auth, const std::atomic<bool>* stopping,
                 std::function<void(double)> on_heartbeat_latency = {})
-      : c_(c),
-        auth_(auth),
-        stopping_(stopping),
-        on_latency_(std::move(on_heartbeat_latency)) {}
+      : c_(c), auth_(auth), stopping_(stopping), on_latency_(std::move(on_heartbeat_latency)) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const trainyard::v1::RegisterWorkerRequest* req,

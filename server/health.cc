@@ -58,8 +58,7 @@ std::optional<trainyard::v1::Diagnosis> NameHungRank(const std::vector<RankView>
     d.set_seconds(age);
     std::string others;
     for (int w : waiters) others += (others.empty() ? "" : ", ") + std::to_string(w);
-    d.set_message("rank " + std::to_string(r.placement.rank()) + " on " + r.placement.worker() +
-                  " (" + r.placement.host() + ") is hung: " +
+    d.set_message(RankName(r.placement) + " is hung: " +
                   (silent ? "no report for " + FormatSeconds(age) + ", last in phase " + d.phase()
                           : "in phase " + phase + " for " + FormatSeconds(age)) +
                   " at step " + std::to_string(r.status.step()) + ", while rank" +
@@ -84,8 +83,7 @@ int64_t QuietMs(const trainyard::v1::RankStatus& s) {
 // phase data for 70.0 s at step 41".
 std::string DescribeQuiet(const RankView& r, bool silent) {
   const trainyard::v1::RankStatus& s = r.status;
-  std::string out = "rank " + std::to_string(r.placement.rank()) + " on " + r.placement.worker() +
-                    " (" + r.placement.host() + ") ";
+  std::string out = RankName(r.placement) + " ";
   if (silent) {
     out += "no report for " + FormatSeconds(s.report_age_ms() / 1000.0) + ", last in phase " +
            s.phase();
@@ -133,6 +131,10 @@ std::optional<trainyard::v1::Diagnosis> FindStall(const std::vector<RankView>& r
 }
 
 }  // namespace
+
+std::string RankName(const trainyard::v1::RankPlacement& p) {
+  return "rank " + std::to_string(p.rank()) + " on " + p.worker() + " (" + p.host() + ")";
+}
 
 std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ranks,
                                                  double hang_timeout_seconds) {

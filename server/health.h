@@ -50,6 +50,9 @@ struct RankView {
 // "5.2 s": how the coordinator's verdicts and reasons write a duration.
 std::string FormatSeconds(double seconds);
 
+// "rank 1 on w1 (10.0.0.7)": how reasons and diagnoses name a rank.
+std::string RankName(const trainyard::v1::RankPlacement& p);
+
 // The hung rank of `ranks` by Note [Naming a hung rank]; else, when the whole job made no
 // progress by Note [A job that makes no progress], a diagnosis of the job; else nullopt. The
 // first names the rank, its worker and host, its last phase and step, and the collective the

@@ -2,12 +2,12 @@
 // and reflection; --health-listen adds a plaintext port with health checking alone, for probes)
 // and a Prometheus /metrics endpoint, keeps jobs in a SQLite file, and ticks the coordinator's
 // checks. SIGINT / SIGTERM stop it; a restart carries on from the file.
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -196,13 +196,12 @@ int Run(const Flags& f) {
 
   std::atomic<bool> stopping{false};
   server::CoordinatorService client_service(coordinator->get(), auth->get(), &stopping);
-  server::WorkerService worker_service(coordinator->get(), auth->get(), &stopping, [&](double s) {
-    metrics.ObserveHeartbeatLatency(s);
-  });
+  server::WorkerService worker_service(coordinator->get(), auth->get(), &stopping,
+                                       [&](double s) { metrics.ObserveHeartbeatLatency(s); });
   // grpc.reflection.v1, which gRPC 1.51's plugin lacks and grpcurl and Postman try first.
-  server::ReflectionV1 reflection_v1({"trainyard.v1.Coordinator", "trainyard.v1.Worker",
-                                      "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
-                                      "grpc.reflection.v1.ServerReflection"});
+  server::ReflectionV1 reflection_v1(
+      {"trainyard.v1.Coordinator", "trainyard.v1.Worker", "grpc.health.v1.Health",
+       "grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection"});
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartApiServer(
       f.Get("listen"), *creds, {&client_service, &worker_service}, &reflection_v1, &port);
@@ -223,7 +222,9 @@ int Run(const Flags& f) {
   const std::string metrics_address =
       Bound(f.Get("metrics-listen"), metrics_ports.empty() ? 0 : metrics_ports[0]);
   TY_LOG(INFO) << "coordinator listening on " << address << " ("
-               << (f.Get("tls-cert").empty() ? "plaintext" : (*auth)->mtls() ? "mutual TLS" : "TLS")
+               << (f.Get("tls-cert").empty() ? "plaintext"
+                   : (*auth)->mtls()         ? "mutual TLS"
+                                             : "TLS")
                << ((*auth)->tokens() ? ", tokens" : "") << "), metrics on http://"
                << metrics_address << "/metrics, jobs in " << f.Get("state-dir") << "/jobs.db"
                << (health_address.empty() ? "" : ", health (plaintext) on " + health_address);
@@ -255,7 +256,8 @@ int main(int argc, char** argv) {
   f.Value("listen", "127.0.0.1:7600", "gRPC address (port 0 picks one)")
       .Value("metrics-listen", "127.0.0.1:9600", "Prometheus /metrics address (port 0 picks one)")
       .Value("state-dir", "trainyard-state", "directory of the job store (jobs.db)")
-      .Value("checkpoint-root", "", "checkpoints of jobs without checkpoint.dir go to ROOT/<job id>")
+      .Value("checkpoint-root", "",
+             "checkpoints of jobs without checkpoint.dir go to ROOT/<job id>")
       .Value("heartbeat-interval", "1", "seconds between a worker's heartbeats")
       .Value("heartbeat-timeout", "10", "seconds without a heartbeat until a worker is lost")
       .Value("tls-cert", "", "PEM certificate chain of this server (turns TLS on)")

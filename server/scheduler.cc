@@ -38,8 +38,12 @@ void Add(const WorkerCapacity& w, size_t count, std::vector<trainyard::v1::RankP
 GangRequest GangOf(const std::string& job_id, const spec::JobSpec& spec) {
   constexpr int64_t kUnknownVocabulary = 256;
   const spec::MemoryEstimate m = spec::EstimateRankMemory(spec, kUnknownVocabulary);
-  return {job_id, spec.parallelism.world_size, spec.parallelism.ranks_per_node,
-          spec.device == "cuda", m.total_bytes(), m.Describe()};
+  return {job_id,
+          spec.parallelism.world_size,
+          spec.parallelism.ranks_per_node,
+          spec.device == "cuda",
+          m.total_bytes(),
+          m.Describe()};
 }
 
 WorkerCapacity CapacityOf(const trainyard::v1::WorkerInfo& info, bool gpu) {

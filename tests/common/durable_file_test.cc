@@ -3,9 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <string>
-
 #include <filesystem>
+#include <string>
 
 #include "tests/testing/temp_dir.h"
 
@@ -34,7 +33,8 @@ TEST(DurableFileTest, WriteFileAtomicallyReplacesTheFileWhole) {
   ASSERT_TRUE(WriteFileAtomically(tmp.File("f"), "second, longer").ok());
   EXPECT_EQ(*ReadFileToString(tmp.File("f")), "second, longer");
   size_t entries = 0;
-  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) entries += !e.path().empty();
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
+    entries += !e.path().empty();
   EXPECT_EQ(entries, 1u) << "a temporary file was left";
   Status s = WriteFileAtomically(tmp.File("no/dir/f"), "x");
   EXPECT_EQ(s.code(), StatusCode::kNotFound);

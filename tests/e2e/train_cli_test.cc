@@ -203,8 +203,10 @@ TEST(TrainCliTest, ARunNeverContinuesAnothersCheckpoint) {
 
   r = Train({spec, "--quiet", "--nproc", "2", "--set", "steps=9"}, 120s);
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("checkpoint.dir " + dir.path() + "/ckpt holds a checkpoint of another run"));
-  EXPECT_THAT(r.err, HasSubstr("batch_size x world_size x grad_accumulation_steps: 8 there, 16 here"));
+  EXPECT_THAT(
+      r.err, HasSubstr("checkpoint.dir " + dir.path() + "/ckpt holds a checkpoint of another run"));
+  EXPECT_THAT(r.err,
+              HasSubstr("batch_size x world_size x grad_accumulation_steps: 8 there, 16 here"));
   EXPECT_THAT(r.err, HasSubstr("--resume-from " + dir.path() + "/ckpt/step-00000006"));
 
   // Deliberately: continues at step 6 with 2 ranks, in another directory.
@@ -242,13 +244,15 @@ TEST(TrainCliTest, MoreThreadsThanTheSystemAllowsIsAClearError) {
   const std::string spec = WriteCsvSpec(dir, 2);
   for (const std::string& f : {spec, dir.path() + "/data.csv"}) ::chmod(f.c_str(), 0644);
   ::chmod(bin.c_str(), 0755);
-  ProcessResult r = RunProcess({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                "/usr/bin/prlimit", "--nproc=16", bin, "train", spec, "--quiet",
-                                "--set", "num_threads=64", "--set", "checkpoint.dir=" + dir.path() + "/c"},
-                               60s);
+  ProcessResult r =
+      RunProcess({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                  "/usr/bin/prlimit", "--nproc=16", bin, "train", spec, "--quiet", "--set",
+                  "num_threads=64", "--set", "checkpoint.dir=" + dir.path() + "/c"},
+                 60s);
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_THAT(r.err, ContainsRegex("num_threads = 64: the system let this process start only [0-9]+ "
-                                   "threads .*; set num_threads to [0-9]+ or fewer"));
+  EXPECT_THAT(r.err,
+              ContainsRegex("num_threads = 64: the system let this process start only [0-9]+ "
+                            "threads .*; set num_threads to [0-9]+ or fewer"));
 }
 
 TEST(TrainCliTest, MetricsFileTakesTheStepsWhereverItIsAsked) {
@@ -289,7 +293,8 @@ TEST(TrainCliTest, AJobThatCannotFitOrReadsASpecialFileIsRefusedClearly) {
   std::ofstream(big) << "model: {mlp: {sizes: [2, 100000, 2000, 3]}}\n"
                      << "data: {csv: {path: " << dir.path() << "/data.csv}}\n"
                      << "optimizer: {adamw: {}}\nsteps: 3\n";
-  r = RunProcess({"/bin/bash", "-c", "ulimit -v 2500000; exec " + kBin + " train " + big + " --quiet"}, 120s);
+  r = RunProcess(
+      {"/bin/bash", "-c", "ulimit -v 2500000; exec " + kBin + " train " + big + " --quiet"}, 120s);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("error: out of memory: allocating"));
   EXPECT_THAT(r.err, HasSubstr("MiB of tensors in use"));

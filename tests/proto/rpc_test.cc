@@ -40,7 +40,8 @@ namespace {
 
 Status WithViolations(size_t n, const std::string& message) {
   std::vector<FieldViolation> v;
-  for (size_t i = 0; i < n; ++i) v.push_back({"f" + std::to_string(i), "bad value " + std::to_string(i)});
+  for (size_t i = 0; i < n; ++i)
+    v.push_back({"f" + std::to_string(i), "bad value " + std::to_string(i)});
   return InvalidArgumentError(message).WithFieldViolations(std::move(v));
 }
 
@@ -71,7 +72,8 @@ TEST(RpcErrorsTest, FieldViolationsRoundTripAndAreCappedWithACount) {
   for (int i = 0; i < 1000; ++i) capped.push_back({"f" + std::to_string(i), "bad"});
   capped.push_back({"", "and 29000 more"});
   back = FromGrpc(ToGrpc(InvalidArgumentError("x").WithFieldViolations(std::move(capped))));
-  const size_t more = std::strtoull(back.field_violations().back().description.c_str() + 4, nullptr, 10);
+  const size_t more =
+      std::strtoull(back.field_violations().back().description.c_str() + 4, nullptr, 10);
   EXPECT_EQ(back.field_violations().size() - 1 + more, 30000u);
   // Codes without details pass as they are.
   EXPECT_EQ(FromGrpc(ToGrpc(PermissionDeniedError("no"))).code(), StatusCode::kPermissionDenied);

@@ -233,7 +233,8 @@ TEST_F(CoordinatorTest, ARankKilledBySignalIsTheReasonOverThePeersThatLostIt) {
   RankStatus peer = Exited(id, 1, 0, 1);
   peer.set_error("all_reduce #12: rank 1 closed the connection or failed");
   RankStatus killed = Exited(id, 1, 1, 128 + 9);
-  killed.set_error("killed by SIGKILL, not by this worker: most likely the kernel's out-of-memory killer");
+  killed.set_error(
+      "killed by SIGKILL, not by this worker: most likely the kernel's out-of-memory killer");
   Heartbeat("a", {peer, killed});
   const trainyard::v1::Job job = Get(id);
   ASSERT_EQ(job.attempts_size(), 1);

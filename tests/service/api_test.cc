@@ -17,8 +17,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-using ::testing::HasSubstr;
 using testing::Cluster;
+using ::testing::HasSubstr;
 using testing::TempDir;
 
 std::unique_ptr<v1::Coordinator::Stub> Stub(const Cluster& cluster) {
@@ -166,7 +166,10 @@ TEST(ApiTest, TypedSpecSubmitAndWatchFromAStoredEvent) {
 
   // A typed spec with an unknown field (a newer client's) is refused by name.
   v1::SubmitJobRequest newer = req;
-  newer.mutable_spec()->GetReflection()->MutableUnknownFields(newer.mutable_spec())->AddVarint(99, 1);
+  newer.mutable_spec()
+      ->GetReflection()
+      ->MutableUnknownFields(newer.mutable_spec())
+      ->AddVarint(99, 1);
   grpc::ClientContext ctx2;
   Deadline(&ctx2);
   grpc::Status s = stub->SubmitJob(&ctx2, newer, &submitted);
@@ -181,7 +184,8 @@ TEST(ApiTest, ANewJobNeverResumesAnOldJobsCheckpointOfTheSameName) {
   TempDir dir;
   const std::string spec =
       R"({"name":"fashion-mlp","model":{"mlp":{"sizes":[784,16,10]}},"data":{"fashion_mnist":{"limit":320}},)"
-      R"("optimizer":{"sgd":{}},"steps":4,"checkpoint":{"dir":")" + dir.File("ckpt") + R"("}})";
+      R"("optimizer":{"sgd":{}},"steps":4,"checkpoint":{"dir":")" +
+      dir.File("ckpt") + R"("}})";
   std::string first_id;
   {
     Cluster old(dir.File("old"), {1, 1, 10, {}, {}, {}});
@@ -229,7 +233,10 @@ TEST(ApiTest, HealthPerServiceAndReflectionV1) {
   }
   std::string response;
   EXPECT_EQ(testing::GenericUnary(channel, "/grpc.health.v1.Health/Check",
-                                  std::string("\x0a\x03" "foo", 5), &response)
+                                  std::string("\x0a\x03"
+                                              "foo",
+                                              5),
+                                  &response)
                 .error_code(),
             grpc::StatusCode::NOT_FOUND);
 

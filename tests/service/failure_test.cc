@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "tests/testing/cluster.h"
@@ -49,6 +50,30 @@ int64_t FirstStepOfAttempt(const std::vector<v1::JobEvent>& events, int n) {
 bool StepReached(JobWatch& w, int64_t step, std::chrono::milliseconds timeout) {
   return w.Wait([&](const v1::JobEvent& e) { return e.has_step() && e.step().step() >= step; },
                 timeout);
+}
+
+// Waits (up to 30 s) for a HANG diagnosis and returns the last one; nullopt when none came.
+std::optional<v1::Diagnosis> WaitForHang(JobWatch& w) {
+  const bool seen = w.Wait(
+      [](const v1::JobEvent& e) {
+        return e.has_diagnosis() && e.diagnosis().kind() == v1::Diagnosis::HANG;
+      },
+      30s);
+  if (!seen) return std::nullopt;
+  v1::Diagnosis hang;
+  for (const auto& e : w.events()) {
+    if (e.has_diagnosis()) hang = e.diagnosis();
+  }
+  return hang;
+}
+
+// Whether attempt 2 starts running within 60 s.
+bool SecondAttemptRuns(JobWatch& w) {
+  return w.Wait(
+      [](const v1::JobEvent& e) {
+        return e.has_state() && e.state().to() == v1::RUNNING && e.state().attempt() == 2;
+      },
+      60s);
 }
 
 TEST(FailureTest, KilledWorkerRestartsTheJobFromItsLatestCheckpoint) {
@@ -127,17 +152,10 @@ TEST(FailureTest, StoppedRankIsNamedHungAndTheAttemptRestarted) {
   ASSERT_EQ(ranks.size(), 1u);
   ::kill(ranks[0], SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
-  ASSERT_TRUE(watch.Wait(
-      [](const v1::JobEvent& e) {
-        return e.has_diagnosis() && e.diagnosis().kind() == v1::Diagnosis::HANG;
-      },
-      30s))
-      << watch.Describe() << cluster.Logs();
+  const std::optional<v1::Diagnosis> seen = WaitForHang(watch);
+  ASSERT_TRUE(seen.has_value()) << watch.Describe() << cluster.Logs();
   EXPECT_LT(std::chrono::steady_clock::now() - stopped, 30s);
-  v1::Diagnosis hang;
-  for (const auto& e : watch.events()) {
-    if (e.has_diagnosis()) hang = e.diagnosis();
-  }
+  const v1::Diagnosis& hang = *seen;
   EXPECT_EQ(hang.rank(), stopped_rank);
   EXPECT_EQ(hang.worker(), "w1");
   EXPECT_EQ(hang.host(), "127.0.0.1");
@@ -145,12 +163,7 @@ TEST(FailureTest, StoppedRankIsNamedHungAndTheAttemptRestarted) {
   EXPECT_NE(hang.message().find("rank " + std::to_string(stopped_rank) + " on w1"), std::string::npos)
       << hang.message();
   // Restarted: a second attempt runs (the stopped process was killed).
-  ASSERT_TRUE(watch.Wait(
-      [](const v1::JobEvent& e) {
-        return e.has_state() && e.state().to() == v1::RUNNING && e.state().attempt() == 2;
-      },
-      60s))
-      << watch.Describe() << cluster.Logs();
+  ASSERT_TRUE(SecondAttemptRuns(watch)) << watch.Describe() << cluster.Logs();
   EXPECT_EQ(::kill(ranks[0], 0), -1);  // gone
   ASSERT_TRUE(cluster.client().Cancel(job->id(), false).ok());
   EXPECT_TRUE(watch.WaitForState(v1::CANCELLED, 30s)) << watch.Describe();
@@ -174,27 +187,15 @@ TEST(FailureTest, TheStoppedOnlyRankOfAOneRankJobIsAHang) {
   ASSERT_EQ(ranks.size(), 1u);
   ::kill(ranks[0], SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
-  ASSERT_TRUE(watch.Wait(
-      [](const v1::JobEvent& e) {
-        return e.has_diagnosis() && e.diagnosis().kind() == v1::Diagnosis::HANG;
-      },
-      30s))
-      << watch.Describe() << cluster.Logs();
+  const std::optional<v1::Diagnosis> seen = WaitForHang(watch);
+  ASSERT_TRUE(seen.has_value()) << watch.Describe() << cluster.Logs();
   EXPECT_LT(std::chrono::steady_clock::now() - stopped, 20s);
-  v1::Diagnosis hang;
-  for (const auto& e : watch.events()) {
-    if (e.has_diagnosis()) hang = e.diagnosis();
-  }
+  const v1::Diagnosis& hang = *seen;
   EXPECT_EQ(hang.rank(), 0);
   EXPECT_NE(hang.message().find("no rank made progress"), std::string::npos) << hang.message();
   EXPECT_NE(hang.message().find("rank 0 on w0 (127.0.0.1) no report for"), std::string::npos)
       << hang.message();
-  ASSERT_TRUE(watch.Wait(
-      [](const v1::JobEvent& e) {
-        return e.has_state() && e.state().to() == v1::RUNNING && e.state().attempt() == 2;
-      },
-      60s))
-      << watch.Describe() << cluster.Logs();
+  ASSERT_TRUE(SecondAttemptRuns(watch)) << watch.Describe() << cluster.Logs();
   ASSERT_TRUE(cluster.client().Cancel(job->id(), false).ok());
   EXPECT_TRUE(watch.WaitForState(v1::CANCELLED, 30s)) << watch.Describe();
 }

@@ -28,7 +28,8 @@ using testing::TempDir;
 // mallory.pem (CN=mallory), valid but another name's.
 void MakeCertificates(const std::string& dir) {
   const std::string script =
-      "set -e; cd " + dir + "; "
+      "set -e; cd " + dir +
+      "; "
       "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=trainyard-test-ca "
       "  -keyout ca.key -out ca.pem 2>/dev/null; "
       "cert() { "
@@ -218,7 +219,8 @@ std::unique_ptr<v1::Worker::Stub> WorkerStub(const Cluster& cluster, const TempD
                                              const std::string& cert) {
   rpc::ChannelOptions co;
   co.tls.ca = dir.File("ca.pem");
-  if (!cert.empty()) co.tls = {dir.File("ca.pem"), dir.File(cert + ".pem"), dir.File(cert + ".key")};
+  if (!cert.empty())
+    co.tls = {dir.File("ca.pem"), dir.File(cert + ".pem"), dir.File(cert + ".key")};
   auto channel = rpc::MakeChannel(cluster.address(), co);
   EXPECT_TRUE(channel.ok()) << channel.status();
   return v1::Worker::NewStub(*channel);
@@ -288,14 +290,17 @@ TEST(SecurityTest, TokenRolesAndNamesAreEnforced) {
   grpc::Status s = Register(*stub, "w0", "s3cret-token");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(s.error_message().find("client token \"alice\" has the client role only"),
-            std::string::npos) << s.error_message();
+            std::string::npos)
+      << s.error_message();
   EXPECT_NE(s.error_message().find("needs the worker role"), std::string::npos);
-  EXPECT_EQ(Heartbeat(*stub, "w0", "s3cret-token").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Heartbeat(*stub, "w0", "s3cret-token").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   // A worker token bound to w9: not w0, w9 itself yes.
   s = Register(*stub, "w0", "w9-token");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(s.error_message().find("worker name \"w0\" is not bound to worker token \"w9\""),
-            std::string::npos) << s.error_message();
+            std::string::npos)
+      << s.error_message();
   EXPECT_TRUE(Register(*stub, "w9", "w9-token").ok());
   EXPECT_TRUE(Alive(cluster, "w0"));
 
@@ -355,11 +360,13 @@ TEST(SecurityTest, WorkerNamesAreBoundToTheirCertificates) {
   grpc::Status s = Register(*mallory, "w0", "");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(s.error_message().find("worker name \"w0\" is not bound to certificate CN=mallory"),
-            std::string::npos) << s.error_message();
+            std::string::npos)
+      << s.error_message();
   s = Heartbeat(*mallory, "w0", "");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   // The clients' token does not lend it the name either.
-  EXPECT_EQ(Register(*mallory, "w0", "s3cret-token").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Register(*mallory, "w0", "s3cret-token").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   // Its own name it may take.
   EXPECT_TRUE(Register(*mallory, "mallory", "").ok());
 
@@ -398,15 +405,20 @@ TEST(SecurityTest, SighupReloadsTheTokensFile) {
   ::kill(cluster.coordinator().pid(), SIGHUP);
   ASSERT_TRUE(testing::WaitUntil(
       [&] { return cluster.coordinator().log().find("tokens file reloaded") != std::string::npos; },
-      10s)) << cluster.coordinator().log();
+      10s))
+      << cluster.coordinator().log();
   EXPECT_TRUE((*c)->ListJobs({}).ok());
   EXPECT_EQ(cluster.client().ListJobs({}).status().code(), static_cast<StatusCode>(16));
 
   { std::ofstream(dir.File("tokens")) << "no-name-here\n"; }
   ::kill(cluster.coordinator().pid(), SIGHUP);
   ASSERT_TRUE(testing::WaitUntil(
-      [&] { return cluster.coordinator().log().find("the tokens loaded before stay") != std::string::npos; },
-      10s)) << cluster.coordinator().log();
+      [&] {
+        return cluster.coordinator().log().find("the tokens loaded before stay") !=
+               std::string::npos;
+      },
+      10s))
+      << cluster.coordinator().log();
   EXPECT_TRUE((*c)->ListJobs({}).ok());
 }
 

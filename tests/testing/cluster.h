@@ -143,7 +143,7 @@ struct ClusterOptions {
   int slots = 1;
   double heartbeat_timeout = 10;
   std::vector<std::string> coordinator_flags;  // e.g. TLS and tokens
-  std::vector<std::string> worker_flags;  // "{name}" in a flag becomes the worker's name
+  std::vector<std::string> worker_flags;       // "{name}" in a flag becomes the worker's name
   client::ConnectOptions connect;  // TLS and token of the test's client
 };
 

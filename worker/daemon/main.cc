@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail(std::string(s.message()));
   }
   o.cpu_slots = static_cast<int>(*slots);
-  o.memory_bytes = *memory_gib > 0 ? static_cast<int64_t>(*memory_gib * (1LL << 30)) : UsableMemoryBytes();
+  o.memory_bytes =
+      *memory_gib > 0 ? static_cast<int64_t>(*memory_gib * (1LL << 30)) : UsableMemoryBytes();
   StatusOr<std::vector<v1::Gpu>> gpus = daemon::DiscoverGpus(f.Get("gpus"));
   if (!gpus.ok()) return Fail(std::string(gpus.status().message()));
   o.gpus = *gpus;

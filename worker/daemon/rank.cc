@@ -62,32 +62,6 @@ class Reporter {
   int fd_;
 };
 
-Json NumberOrNull(double v) { return std::isfinite(v) ? Json(v) : Json(); }
-
-Json StepJson(const trainer::StepMetrics& m) {
-  return Json::Object({{"type", "step"},
-                       {"step", m.step},
-                       {"total_steps", m.total_steps},
-                       {"epoch", m.epoch},
-                       {"loss", NumberOrNull(m.loss)},
-                       {"lr", m.lr},
-                       {"grad_norm", NumberOrNull(m.grad_norm)},
-                       {"samples_per_second", m.samples_per_second},
-                       {"tokens_per_second", m.tokens_per_second},
-                       {"data_seconds", m.data_seconds},
-                       {"forward_seconds", m.forward_seconds},
-                       {"backward_seconds", m.backward_seconds - m.bucket_wait_seconds},
-                       {"allreduce_wait_seconds", m.bucket_wait_seconds},
-                       {"optimizer_seconds", m.optimizer_seconds},
-                       {"allreduce_seconds", m.allreduce_seconds},
-                       {"allreduce_bus_bandwidth", m.bus_bandwidth},
-                       {"loss_scale", m.loss_scale},
-                       {"skipped", m.skipped},
-                       {"memory_allocated_bytes", m.memory.allocated_bytes},
-                       {"memory_reserved_bytes", m.memory.reserved_bytes},
-                       {"memory_peak_bytes", m.memory.peak_allocated_bytes}});
-}
-
 // Every half second: phase, step and collective progress (Note [Naming a hung rank] in
 // server/health.h). Runs until `done`.
 void ReportProgress(Reporter* reporter, const trainer::Progress* progress,
@@ -246,13 +220,11 @@ int RunRank() {
   options.progress = &progress;
   options.run_uid = Env(kJobUidEnv);
   options.job = Env(kJobEnv);
-  options.on_step = [&](const trainer::StepMetrics& m) { reporter.Send(StepJson(m)); };
+  options.on_step = [&](const trainer::StepMetrics& m) {
+    reporter.Send(trainer::StepMetricsJson(m));
+  };
   options.on_eval = [&](const trainer::EvalMetrics& m) {
-    reporter.Send(Json::Object({{"type", "eval"},
-                                {"step", m.step},
-                                {"loss", NumberOrNull(m.loss)},
-                                {"accuracy", NumberOrNull(m.accuracy)},
-                                {"samples", m.samples}}));
+    reporter.Send(trainer::EvalMetricsJson(m));
   };
   options.on_checkpoint = [&](const std::string& dir, int64_t step) {
     reporter.Send(Json::Object({{"type", "checkpoint"}, {"dir", dir}, {"step", step}}));

@@ -311,10 +311,11 @@ void RankSupervisor::Reap() {
       // A SIGKILL this worker did not send is, as good as always, the kernel's OOM killer,
       // which leaves the rank no word of its own.
       if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !r.killed) {
-        tail = "killed by SIGKILL, not by this worker: most likely the kernel's out-of-memory "
-               "killer (see dmesg on this node); lower the job's memory (batch_size, the "
-               "model's size or context) or give the worker less to run at once" +
-               (tail.empty() ? "" : " | " + tail);
+        tail =
+            "killed by SIGKILL, not by this worker: most likely the kernel's out-of-memory "
+            "killer (see dmesg on this node); lower the job's memory (batch_size, the "
+            "model's size or context) or give the worker less to run at once" +
+            (tail.empty() ? "" : " | " + tail);
       }
       r.status.set_error(tail);
     }

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/durable_file.h"
 #include "common/logging.h"
 #include "worker/tensor/safetensors.h"
-#include "common/durable_file.h"
 
 namespace trainyard::trainer {
 namespace {
@@ -111,8 +111,7 @@ nn::NamedTensors UniqueStateDict(const nn::Module& model) {
 
 // Writes the files of a checkpoint into the fresh directory `tmp` and makes them durable.
 Status WriteContents(const std::string& tmp, const nn::Module& model,
-                     const std::vector<optim::NamedTensor>* optimizer_state,
-                     Manifest manifest) {
+                     const std::vector<optim::NamedTensor>* optimizer_state, Manifest manifest) {
   RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + manifest.model_file, UniqueStateDict(model)));
   if (optimizer_state != nullptr) {
     RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + *manifest.optimizer_file, *optimizer_state));

@@ -118,19 +118,21 @@ Status ReadGenerators(const Json& json, CheckpointState* state) {
 Status ReadFiles(const Json& json, Manifest* m) {
   ASSIGN_OR_RETURN(Json files, json.GetOr<Json>("files", Json()));
   if (files.is_null()) return OkStatus();
-  if (!files.is_object()) return InvalidArgumentError("field \"files\": expected an object, got " + files.Dump());
+  if (!files.is_object())
+    return InvalidArgumentError("field \"files\": expected an object, got " + files.Dump());
   for (const auto& [name, entry] : files.members()) {
     const std::string where = "field \"files." + name + "\"";
     if (!IsPlainFileName(name)) return InvalidArgumentError(where + ": not a file name");
-    if (!entry.is_object()) return InvalidArgumentError(where + ": expected an object, got " + entry.Dump());
+    if (!entry.is_object())
+      return InvalidArgumentError(where + ": expected an object, got " + entry.Dump());
     FileDigest d;
     ASSIGN_OR_RETURN(d.bytes, entry.Get<int64_t>("bytes"));
     ASSIGN_OR_RETURN(std::string crc, entry.Get<std::string>("crc32"));
     char* end = nullptr;
     const unsigned long v = std::strtoul(crc.c_str(), &end, 16);
     if (crc.size() != 8 || *end != '\0' || d.bytes < 0) {
-      return InvalidArgumentError(where + ": expected {\"bytes\": N >= 0, \"crc32\": 8 hex digits}, got " +
-                                  entry.Dump());
+      return InvalidArgumentError(
+          where + ": expected {\"bytes\": N >= 0, \"crc32\": 8 hex digits}, got " + entry.Dump());
     }
     d.crc32 = static_cast<uint32_t>(v);
     m->files[name] = d;
@@ -160,7 +162,8 @@ StatusOr<Manifest> ParseManifest(const Json& json) {
   RETURN_IF_ERROR(ReadFiles(json, &m));
   ASSIGN_OR_RETURN(Json run, json.GetOr<Json>("run", Json()));
   if (!run.is_null()) {
-    if (!run.is_object()) return InvalidArgumentError("field \"run\": expected an object, got " + run.Dump());
+    if (!run.is_object())
+      return InvalidArgumentError("field \"run\": expected an object, got " + run.Dump());
     ASSIGN_OR_RETURN(m.state.run.uid, run.GetOr<std::string>("uid", ""));
     ASSIGN_OR_RETURN(m.state.run.spec_digest, run.GetOr<std::string>("spec_digest", ""));
     ASSIGN_OR_RETURN(m.state.run.job, run.GetOr<std::string>("job", ""));
@@ -206,9 +209,9 @@ Json ManifestToJson(const Manifest& manifest) {
     out.Set("files", std::move(files));
   }
   if (!s.run.spec_digest.empty()) {
-    out.Set("run", Json::Object({{"uid", s.run.uid},
-                                 {"spec_digest", s.run.spec_digest},
-                                 {"job", s.run.job}}));
+    out.Set(
+        "run",
+        Json::Object({{"uid", s.run.uid}, {"spec_digest", s.run.spec_digest}, {"job", s.run.job}}));
   }
   return out;
 }
@@ -241,7 +244,8 @@ StatusOr<FileDigest> DigestFile(const std::string& path) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     const std::streamsize n = in.gcount();
     for (std::streamsize i = 0; i < n; ++i) {
-      crc = table[(crc ^ static_cast<unsigned char>(buf[static_cast<size_t>(i)])) & 0xff] ^ (crc >> 8);
+      crc = table[(crc ^ static_cast<unsigned char>(buf[static_cast<size_t>(i)])) & 0xff] ^
+            (crc >> 8);
     }
     d.bytes += n;
   }

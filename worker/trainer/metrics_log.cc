@@ -45,7 +45,8 @@ std::string KeptLines(const std::string& path, int64_t keep_through_step, bool* 
 StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(const std::string& path,
                                                        int64_t keep_through_step) {
   bool dropped = false;
-  const std::string kept = keep_through_step > 0 ? KeptLines(path, keep_through_step, &dropped) : "";
+  const std::string kept =
+      keep_through_step > 0 ? KeptLines(path, keep_through_step, &dropped) : "";
   if (keep_through_step <= 0 || dropped) {
     Status s = WriteFileAtomically(path, kept);
     if (!s.ok()) return s.WithContext("the metrics file");
@@ -57,7 +58,7 @@ StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(const std::string& path,
 
 MetricsLog::~MetricsLog() { std::fclose(file_); }
 
-Json MetricsLog::StepJson(const StepMetrics& m, double time) {
+Json StepMetricsJson(const StepMetrics& m) {
   return Json::Object({{"type", "step"},
                        {"step", m.step},
                        {"total_steps", m.total_steps},
@@ -71,29 +72,32 @@ Json MetricsLog::StepJson(const StepMetrics& m, double time) {
                        {"tokens_per_second", Number(m.tokens_per_second)},
                        {"data_seconds", Number(m.data_seconds)},
                        {"forward_seconds", Number(m.forward_seconds)},
-                       {"backward_seconds", Number(m.backward_seconds)},
+                       {"backward_seconds", Number(m.backward_seconds - m.bucket_wait_seconds)},
+                       {"allreduce_wait_seconds", Number(m.bucket_wait_seconds)},
                        {"optimizer_seconds", Number(m.optimizer_seconds)},
                        {"allreduce_seconds", Number(m.allreduce_seconds)},
-                       {"allreduce_wait_seconds", Number(m.bucket_wait_seconds)},
+                       {"allreduce_bus_bandwidth", Number(m.bus_bandwidth)},
                        {"loss_scale", Number(m.loss_scale)},
                        {"skipped", m.skipped},
-                       {"time", time}});
+                       {"memory_allocated_bytes", m.memory.allocated_bytes},
+                       {"memory_reserved_bytes", m.memory.reserved_bytes},
+                       {"memory_peak_bytes", m.memory.peak_allocated_bytes}});
 }
 
-Json MetricsLog::EvalJson(const EvalMetrics& m, double time) {
+Json EvalMetricsJson(const EvalMetrics& m) {
   return Json::Object({{"type", "eval"},
                        {"step", m.step},
                        {"loss", Number(m.loss)},
                        {"accuracy", Number(m.accuracy)},
                        {"samples", m.samples},
-                       {"seconds", Number(m.seconds)},
-                       {"time", time}});
+                       {"seconds", Number(m.seconds)}});
 }
 
-Status MetricsLog::Step(const StepMetrics& m) { return Append(StepJson(m, Now())); }
-Status MetricsLog::Eval(const EvalMetrics& m) { return Append(EvalJson(m, Now())); }
+Status MetricsLog::Step(const StepMetrics& m) { return Append(StepMetricsJson(m)); }
+Status MetricsLog::Eval(const EvalMetrics& m) { return Append(EvalMetricsJson(m)); }
 
-Status MetricsLog::Append(const Json& line) {
+Status MetricsLog::Append(Json line) {
+  line.Set("time", Now());
   const std::string text = line.Dump() + "\n";
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0) {
     return Errno("cannot append to the metrics file " + path_);

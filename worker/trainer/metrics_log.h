@@ -4,8 +4,10 @@
 //   {"type":"step","step":12,"total_steps":938,"epoch":0,"loss":0.53,"lr":0.01,
 //    "grad_norm":null,"samples":64,"tokens":64,"samples_per_second":5120.5,
 //    "tokens_per_second":5120.5,"data_seconds":0.001,"forward_seconds":0.004,
-//    "backward_seconds":0.006,"optimizer_seconds":0.001,"allreduce_seconds":0,
-//    "allreduce_wait_seconds":0,"loss_scale":0,"skipped":false,"time":1764970000.25}
+//    "backward_seconds":0.006,"allreduce_wait_seconds":0,"optimizer_seconds":0.001,
+//    "allreduce_seconds":0,"allreduce_bus_bandwidth":0,"loss_scale":0,"skipped":false,
+//    "memory_allocated_bytes":81920,"memory_reserved_bytes":131072,
+//    "memory_peak_bytes":98304,"time":1764970000.25}
 //   {"type":"eval","step":100,"loss":0.44,"accuracy":0.84,"samples":10000,"seconds":1.2,
 //    "time":1764970003.5}
 //
@@ -31,6 +33,13 @@ struct EvalMetrics;
 
 inline constexpr const char* kMetricsFile = "metrics.jsonl";
 
+// One step as JSON, as metrics.jsonl holds it (without "time") and as a rank reports it to its
+// worker daemon: the phases split the step's wall time, so backward_seconds leaves out the wait
+// for gradient buckets (allreduce_wait_seconds). Numbers that are not finite are null.
+Json StepMetricsJson(const StepMetrics& m);
+// One evaluation as JSON, likewise.
+Json EvalMetricsJson(const EvalMetrics& m);
+
 class MetricsLog {
  public:
   // Opens `path` for appending after keeping the lines of steps <= keep_through_step (0: none;
@@ -41,15 +50,13 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
+  // Appends StepMetricsJson(m) / EvalMetricsJson(m) with "time".
   Status Step(const StepMetrics& m);
   Status Eval(const EvalMetrics& m);
 
-  static Json StepJson(const StepMetrics& m, double time);
-  static Json EvalJson(const EvalMetrics& m, double time);
-
  private:
   MetricsLog(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
-  Status Append(const Json& line);
+  Status Append(Json line);
 
   std::string path_;
   std::FILE* file_;

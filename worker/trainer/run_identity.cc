@@ -2,7 +2,8 @@
 
 #include <cstdio>
 #include <map>
-#include <random>
+
+#include "common/random_id.h"
 
 namespace trainyard::trainer {
 namespace {
@@ -44,7 +45,8 @@ Json ScheduleShape(const Json& schedule) {
 // Leaves of `v` as path -> JSON text.
 void Flatten(const Json& v, const std::string& path, std::map<std::string, std::string>* out) {
   if (v.is_object()) {
-    for (const auto& [key, value] : v.members()) Flatten(value, path.empty() ? key : path + "." + key, out);
+    for (const auto& [key, value] : v.members())
+      Flatten(value, path.empty() ? key : path + "." + key, out);
     return;
   }
   (*out)[path] = v.Dump();
@@ -86,17 +88,13 @@ std::vector<std::string> IdentityDifferences(const Json& saved, const Json& spec
   size_t differing = 0;
   for (const auto& [path, value] : there) {
     if (here[path] == value) continue;
-    if (++differing <= limit) out.push_back(path + ": " + value + " there, " + here[path] + " here");
+    if (++differing <= limit)
+      out.push_back(path + ": " + value + " there, " + here[path] + " here");
   }
   if (differing > limit) out.push_back("and " + std::to_string(differing - limit) + " more");
   return out;
 }
 
-std::string NewRunUid() {
-  std::random_device rd;
-  char hex[33];
-  for (int i = 0; i < 4; ++i) std::snprintf(hex + 8 * i, 9, "%08x", static_cast<unsigned>(rd()));
-  return hex;
-}
+std::string NewRunUid() { return RandomHex(32); }
 
 }  // namespace trainyard::trainer

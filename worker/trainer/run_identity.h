@@ -11,9 +11,9 @@
 // model, the data (not its loader's workers or prefetch), the optimizer, the schedule, the
 // global batch (batch_size x world_size x grad_accumulation_steps: another world size with
 // the same global batch is the same run, resharded), the seed and the clip norm. Not the step
-// count or a cosine schedule's total_steps (a run may be extended), the precision or the device (a run may continue in another:
-// Note [Mixed precision]), evaluation, checkpointing or threads.
-// A manifest written before run identities (no "run") matches on the digest alone.
+// count or a cosine schedule's total_steps (a run may be extended), the precision or the device (a
+// run may continue in another: Note [Mixed precision]), evaluation, checkpointing or threads. A
+// manifest written before run identities (no "run") matches on the digest alone.
 #pragma once
 
 #include <string>

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "common/durable_file.h"
 #include "kernels/cpu/parallel.h"
 #include "worker/autograd/autocast.h"
 #include "worker/autograd/engine.h"
@@ -22,7 +23,6 @@
 #include "worker/optim/sgd.h"
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/storage.h"
-#include "common/durable_file.h"
 
 namespace trainyard::trainer {
 namespace {
@@ -133,10 +133,13 @@ Status Trainer::Init() {
   if (spec_.num_threads > 0) {
     const int started = kernels::cpu::SetNumThreads(spec_.num_threads);
     if (started < spec_.num_threads) {
-      return ResourceExhaustedError(
-          "num_threads = " + std::to_string(spec_.num_threads) + ": the system let this process "
-          "start only " + std::to_string(started) + " threads (a task or RLIMIT_NPROC limit); set "
-          "num_threads to " + std::to_string(started) + " or fewer");
+      return ResourceExhaustedError("num_threads = " + std::to_string(spec_.num_threads) +
+                                    ": the system let this process "
+                                    "start only " +
+                                    std::to_string(started) +
+                                    " threads (a task or RLIMIT_NPROC limit); set "
+                                    "num_threads to " +
+                                    std::to_string(started) + " or fewer");
     }
   }
   autocast_dtype_ = AutocastDTypeOf(spec_.precision);

@@ -2,9 +2,9 @@
 // when this run wrote it (Note [Run identity]), or checkpoint.resume_from, or starts from
 // checkpoint.init_from; SaveCheckpoint writes one, with the grad scaler's state
 // beside the optimizer's.
-#include "worker/trainer/trainer.h"
-
 #include <ctime>
+
+#include "worker/trainer/trainer.h"
 
 namespace trainyard::trainer {
 namespace {
@@ -69,7 +69,8 @@ Status Trainer::CheckSameRun(const std::string& path, const CheckpointState& sav
       "checkpoint.dir " + checkpoints_->dir() + " holds a checkpoint of another run: " + path +
       " was written by " + Writer(saved) + "; " + reasons +
       ". A run never continues another's checkpoint by itself. To continue it deliberately, set "
-      "checkpoint.resume_from: " + path + " (trainyard train --resume-from " + path +
+      "checkpoint.resume_from: " +
+      path + " (trainyard train --resume-from " + path +
       "); to start from its weights at step 0, checkpoint.init_from: " + path +
       "; or give another checkpoint.dir (trainyard train --fresh moves the old checkpoints "
       "aside)");
@@ -114,7 +115,8 @@ Status Trainer::Restore() {
 Status Trainer::Unresumable(const std::string& path, const Status& s) const {
   return Status(s.code(), "resuming from " + path +
                               " (set checkpoint.resume: false or another checkpoint.dir to start "
-                              "afresh): " + std::string(s.message()));
+                              "afresh): " +
+                              std::string(s.message()));
 }
 
 Status Trainer::ResumeFrom(const std::string& path) {
@@ -142,9 +144,10 @@ Status Trainer::ResumeFrom(const std::string& path) {
     resume_note_ = "the cosine schedule now ends at step " + std::to_string(total_steps_) +
                    ", where the checkpoint's run ended it at step " +
                    std::to_string(state->total_steps) + ": from step " +
-                   std::to_string(state->step) + " the learning rate follows the new length "
-                   "(schedule.cosine.total_steps: " + std::to_string(state->total_steps) +
-                   " keeps the old one)";
+                   std::to_string(state->step) +
+                   " the learning rate follows the new length "
+                   "(schedule.cosine.total_steps: " +
+                   std::to_string(state->total_steps) + " keeps the old one)";
   }
   step_ = state->step;
   if (options_.progress) options_.progress->step.store(step_);  // health reports say where it is

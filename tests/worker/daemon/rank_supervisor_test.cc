@@ -77,15 +77,22 @@ TEST(RankSupervisorTest, ForwardsReportsAndReportsTheExitAfterThem) {
   EXPECT_TRUE(std::ifstream(dir.File("work/job-1/attempt-1/spec.json")).good());
 }
 
-TEST(RankSupervisorTest, AFailedRankCarriesTheTailOfItsStderr) {
+// The status of one rank running the shell script `body` to its end (at most 10 s).
+trainyard::v1::RankStatus RunToExit(const std::string& body) {
   testing::TempDir dir;
   SupervisorOptions o;
-  o.program = Script(dir, "echo 'loading data' >&2\necho 'error: data.csv.path: cannot open' >&2\nexit 2");
+  o.program = Script(dir, body);
   o.work_dir = dir.File("work");
   RankSupervisor s(o);
-  ASSERT_TRUE(s.Start(Assign(1)).ok());
-  ASSERT_TRUE(PollUntilExited(s, 10s));
-  const auto st = s.Statuses().at(0);
+  EXPECT_TRUE(s.Start(Assign(1)).ok());
+  EXPECT_TRUE(PollUntilExited(s, 10s));
+  const std::vector<trainyard::v1::RankStatus> statuses = s.Statuses();
+  return statuses.empty() ? trainyard::v1::RankStatus() : statuses[0];
+}
+
+TEST(RankSupervisorTest, AFailedRankCarriesTheTailOfItsStderr) {
+  const auto st =
+      RunToExit("echo 'loading data' >&2\necho 'error: data.csv.path: cannot open' >&2\nexit 2");
   EXPECT_EQ(st.exit_code(), 2);
   EXPECT_EQ(st.error(), "loading data | error: data.csv.path: cannot open");
 }
@@ -93,17 +100,11 @@ TEST(RankSupervisorTest, AFailedRankCarriesTheTailOfItsStderr) {
 // A SIGKILL the worker did not send (the kernel's OOM killer, here the rank itself) is said to
 // be most likely that; one the worker sent (Abort, below) is not.
 TEST(RankSupervisorTest, ARankKilledFromOutsideIsSaidToBeLikelyOutOfMemory) {
-  testing::TempDir dir;
-  SupervisorOptions o;
-  o.program = Script(dir, "echo 'step 3' >&2\nkill -9 $$");
-  o.work_dir = dir.File("work");
-  RankSupervisor s(o);
-  ASSERT_TRUE(s.Start(Assign(1)).ok());
-  ASSERT_TRUE(PollUntilExited(s, 10s));
-  const auto st = s.Statuses().at(0);
+  const auto st = RunToExit("echo 'step 3' >&2\nkill -9 $$");
   EXPECT_EQ(st.exit_code(), 128 + SIGKILL);
   EXPECT_EQ(st.error().rfind("killed by SIGKILL, not by this worker: most likely the kernel's "
-                             "out-of-memory killer", 0),
+                             "out-of-memory killer",
+                             0),
             0u)
       << st.error();
   EXPECT_NE(st.error().find("| step 3"), std::string::npos) << st.error();

@@ -33,10 +33,11 @@ TEST(RunIdentityTest, TheDigestCoversWhatMakesARunAndNothingElse) {
   const std::string base = SpecDigest(SpecJson(""));
   EXPECT_EQ(base.size(), 16u);
   // Not identity: the length, evaluation, checkpointing, threads, loader workers, the name.
-  for (const char* same : {R"(, "steps": 99)", R"(, "eval": {"every_steps": 3})",
-                           R"(, "checkpoint": {"dir": "/x", "keep_last": 1})", R"(, "num_threads": 2)",
-                           R"(, "name": "other")", R"(, "precision": "bf16")",
-                           R"(, "batch_size": 8, "parallelism": {"world_size": 2})"}) {
+  for (const char* same :
+       {R"(, "steps": 99)", R"(, "eval": {"every_steps": 3})",
+        R"(, "checkpoint": {"dir": "/x", "keep_last": 1})", R"(, "num_threads": 2)",
+        R"(, "name": "other")", R"(, "precision": "bf16")",
+        R"(, "batch_size": 8, "parallelism": {"world_size": 2})"}) {
     EXPECT_EQ(SpecDigest(SpecJson(same)), base) << same;
   }
   // Identity: the optimizer, the seed, the global batch, the model, the clip norm.
@@ -49,8 +50,8 @@ TEST(RunIdentityTest, TheDigestCoversWhatMakesARunAndNothingElse) {
 }
 
 TEST(RunIdentityTest, DifferencesNameTheFieldAndBothValues) {
-  std::vector<std::string> d =
-      IdentityDifferences(SpecJson(""), SpecJson(R"(, "parallelism": {"world_size": 2}, "seed": 3)"));
+  std::vector<std::string> d = IdentityDifferences(
+      SpecJson(""), SpecJson(R"(, "parallelism": {"world_size": 2}, "seed": 3)"));
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(d[0], "batch_size x world_size x grad_accumulation_steps: 16 there, 32 here");
   EXPECT_THAT(d[1], HasSubstr("seed: "));
@@ -63,15 +64,19 @@ class RunIdentityTrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string csv;
-    for (int i = 0; i < 64; ++i) csv += std::to_string(i % 4) + ",1," + std::to_string(i % 4) + "\n";
+    for (int i = 0; i < 64; ++i)
+      csv += std::to_string(i % 4) + ",1," + std::to_string(i % 4) + "\n";
     testing::WriteRaw(dir_.path() + "/d.csv", csv);
   }
   // 4 steps of lr 0.1 unless `steps` or `lr` say otherwise.
   spec::JobSpec Spec(int steps = 4, double lr = 0.1) {
     return ParseSpec(R"({"name": "blobs", "model": {"mlp": {"sizes": [2, 8, 4]}},
-        "data": {"csv": {"path": ")" + dir_.path() + R"(/d.csv", "eval_fraction": 0}},
-        "optimizer": {"sgd": {"lr": )" + Json(lr).Dump() + R"(}}, "batch_size": 16, "steps": )" +
-                     std::to_string(steps) + R"(, "checkpoint": {"dir": ")" + dir_.path() + R"(/ckpt"}})");
+        "data": {"csv": {"path": ")" +
+                     dir_.path() + R"(/d.csv", "eval_fraction": 0}},
+        "optimizer": {"sgd": {"lr": )" +
+                     Json(lr).Dump() + R"(}}, "batch_size": 16, "steps": )" +
+                     std::to_string(steps) + R"(, "checkpoint": {"dir": ")" + dir_.path() +
+                     R"(/ckpt"}})");
   }
   // Creates and runs a trainer; its status, and the trainer's identity in *run.
   Status Train(const spec::JobSpec& spec, const std::string& uid = "", RunIdentity* run = nullptr) {
@@ -82,7 +87,9 @@ class RunIdentityTrainerTest : public ::testing::Test {
     if (run != nullptr) *run = (*t)->run();
     return (*t)->Run().status();
   }
-  StatusOr<Manifest> Latest() { return ReadManifest(dir_.path() + "/ckpt/step-00000004/manifest.json"); }
+  StatusOr<Manifest> Latest() {
+    return ReadManifest(dir_.path() + "/ckpt/step-00000004/manifest.json");
+  }
 
   testing::TempDir dir_;
 };
@@ -106,7 +113,8 @@ TEST_F(RunIdentityTrainerTest, AnotherSpecIsRefusedNamingTheWriterTheDifferenceA
   ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
   const std::string msg(s.message());
   const std::string step_dir = dir_.path() + "/ckpt/step-00000004";
-  EXPECT_THAT(msg, HasSubstr("checkpoint.dir " + dir_.path() + "/ckpt holds a checkpoint of another run"));
+  EXPECT_THAT(
+      msg, HasSubstr("checkpoint.dir " + dir_.path() + "/ckpt holds a checkpoint of another run"));
   EXPECT_THAT(msg, HasSubstr(step_dir + " was written by job blobs (uid "));
   EXPECT_THAT(msg, HasSubstr("optimizer.sgd.lr: 0.1 there, 0.5 here"));
   EXPECT_THAT(msg, HasSubstr("checkpoint.resume_from: " + step_dir));
@@ -118,7 +126,8 @@ TEST_F(RunIdentityTrainerTest, AJobWithAnotherUidIsRefusedEvenWithTheSameSpec) {
   ASSERT_TRUE(Train(Spec(), "11111111111111111111111111111111").ok());
   Status s = Train(Spec(8), "22222222222222222222222222222222");
   ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
-  EXPECT_THAT(s.message(), HasSubstr("its uid is not this run's (22222222222222222222222222222222)"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("its uid is not this run's (22222222222222222222222222222222)"));
   // The job that wrote it resumes.
   EXPECT_TRUE(Train(Spec(8), "11111111111111111111111111111111").ok());
 }
