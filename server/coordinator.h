@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/rendezvous.h"
 #include "common/status.h"
 #include "proto/job_spec.h"
 #include "server/health.h"
 #include "server/job_store.h"
-#include "server/rendezvous.h"
 #include "server/scheduler.h"
 #include "server/worker_registry.h"
 

@@ -1,5 +1,5 @@
-// PrefixStore and FormatDuration. TcpStoreServer and TcpStore are in tcp_store.cc, FileStore in
-// file_store.cc.
+// PrefixStore and FormatDuration. TcpStore is in tcp_store.cc, TcpStoreServer in
+// tcp_store_server.cc.
 #include "worker/dist/store.h"
 
 #include <sstream>

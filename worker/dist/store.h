@@ -2,13 +2,13 @@
 // barriers at start-up). Keys are strings, values bytes. Every wait is bounded.
 //
 //   TcpStoreServer + TcpStore  one process serves, every rank connects over TCP (what
-//                              `trainyard train --nproc N` uses; the parent process serves)
-//   FileStore                  a directory on a filesystem every rank sees (one file a key)
+//                              `trainyard train --nproc N` uses; the launcher serves)
 //   PrefixStore                scopes another store to "job/<id>/attempt/<n>/" so two attempts
 //                              of one job never read each other's keys
 //
-// The coordinator's rendezvous, reached over gRPC by ranks under a worker daemon
-// (worker/daemon/grpc_store.h), implements the same interface.
+// Both servers of a store, TcpStoreServer and the coordinator's (reached over gRPC by ranks
+// under a worker daemon, worker/daemon/grpc_store.h), serve the one store core,
+// common/rendezvous.h: the same limits, errors and waits.
 #pragma once
 
 #include <chrono>
@@ -37,7 +37,7 @@ class Store {
 
   // The address of this host's interface that reaches the store's server ("127.0.0.1" for a
   // TcpStore on loopback), so that a process group can listen where its peers can reach it;
-  // empty when the store has no server (FileStore).
+  // empty when unknown.
   virtual std::string LocalAddressHint() const { return ""; }
 };
 
@@ -77,9 +77,6 @@ class TcpStore {
   static StatusOr<std::shared_ptr<Store>> Connect(const std::string& address,
                                                   std::chrono::milliseconds timeout);
 };
-
-// A store in directory `dir` (created when missing): one file per key, written atomically.
-StatusOr<std::shared_ptr<Store>> OpenFileStore(const std::string& dir);
 
 // A duration as people read it in messages: "100ms", "1.5s", "10m".
 std::string FormatDuration(std::chrono::milliseconds d);

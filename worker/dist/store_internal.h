@@ -1,5 +1,5 @@
-// Helpers shared by the Store implementations (store.cc, tcp_store.cc, tcp_store_server.cc,
-// file_store.cc). Not part of the public interface: include store.h instead.
+// Helpers shared by the Store implementations (store.cc, tcp_store.cc, tcp_store_server.cc).
+// Not part of the public interface: include store.h instead.
 #pragma once
 
 #include <algorithm>

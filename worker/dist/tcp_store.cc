@@ -122,12 +122,14 @@ class TcpStoreClient final : public Store {
   }
 
   Status Set(const std::string& key, const std::string& value) override {
-    return Call({"set", key, value}, kIoGrace).status();
+    ASSIGN_OR_RETURN(auto reply, Call({"set", key, value}, kIoGrace));
+    return ErrorOf(reply, "set " + Quote(key));
   }
   StatusOr<std::string> Get(const std::string& key, milliseconds timeout) override {
     ASSIGN_OR_RETURN(auto reply,
                      Call({"get", key, std::to_string(timeout.count())}, timeout + kIoGrace));
     if (reply[0] == "ok" && reply.size() == 2) return reply[1];
+    RETURN_IF_ERROR(ErrorOf(reply, "get " + Quote(key)));
     return DeadlineExceededError("store " + address_ + ": key " + Quote(key) +
                                  " was not set within " + FormatDuration(timeout));
   }
@@ -136,6 +138,7 @@ class TcpStoreClient final : public Store {
     req.insert(req.end(), keys.begin(), keys.end());
     ASSIGN_OR_RETURN(auto reply, Call(req, timeout + kIoGrace));
     if (reply[0] == "ok") return OkStatus();
+    RETURN_IF_ERROR(ErrorOf(reply, "wait"));
     return DeadlineExceededError("store " + address_ + ": keys still missing after " +
                                  FormatDuration(timeout) + ": " +
                                  QuoteList({reply.begin() + 1, reply.end()}));
@@ -144,12 +147,21 @@ class TcpStoreClient final : public Store {
     ASSIGN_OR_RETURN(auto reply, Call({"add", key, std::to_string(delta)}, kIoGrace));
     int64_t sum = 0;
     if (reply[0] == "ok" && reply.size() == 2 && ParseInt(reply[1], &sum)) return sum;
-    return InvalidArgumentError("store " + address_ + ": add to " + Quote(key) + ": " +
-                                (reply.size() > 1 ? reply[1] : "bad reply"));
+    RETURN_IF_ERROR(ErrorOf(reply, "add to " + Quote(key)));
+    return Unavailable("malformed reply to add");
   }
   std::string LocalAddressHint() const override { return local_address_; }
 
  private:
+  // The error an {"error", message, code} reply carries (Note [Store wire protocol]); OK for
+  // any other reply.
+  Status ErrorOf(const std::vector<std::string>& reply, const std::string& what) const {
+    int64_t code = 0;
+    if (reply[0] != "error" || reply.size() != 3 || !ParseInt(reply[2], &code)) return OkStatus();
+    if (code < 1 || code > static_cast<int64_t>(StatusCode::kUnauthenticated)) code = 2;  // unknown
+    return Status(static_cast<StatusCode>(code),
+                  "store " + address_ + ": " + what + ": " + reply[1]);
+  }
   // One request and its reply on an idle connection (a new one when none is idle).
   StatusOr<std::vector<std::string>> Call(const std::vector<std::string>& req, milliseconds bound);
   Status Unavailable(const std::string& why) const {

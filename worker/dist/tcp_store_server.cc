@@ -1,17 +1,21 @@
-// TcpStoreServer (store.h): one thread polls every connection and parks a get or wait until its
-// keys are set or its timeout passes (Note [Store wire protocol] in tcp_store_wire.h).
+// TcpStoreServer (store.h): the store core (common/rendezvous.h, what the coordinator serves
+// over gRPC) served over TCP in one scope. One thread accepts; each connection has a thread
+// that answers its requests in order, blocking in the core for a get or wait as a gRPC call
+// does (Note [Store wire protocol] in tcp_store_wire.h).
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <map>
+#include <list>
+#include <mutex>
 #include <thread>
 
+#include "common/random_id.h"
+#include "common/rendezvous.h"
 #include "worker/dist/store.h"
 #include "worker/dist/store_internal.h"
 #include "worker/dist/tcp_store_wire.h"
@@ -20,32 +24,78 @@ namespace trainyard::dist {
 namespace {
 
 using std::chrono::milliseconds;
-using store_internal::Clock;
 using store_internal::DecodeFrame;
 using store_internal::EncodeFrame;
-using store_internal::Left;
 using store_internal::ParseInt;
 using store_internal::Quote;
 
+std::vector<std::string> Error(const Status& s) {
+  return {"error", std::string(s.message()), std::to_string(static_cast<int>(s.code()))};
+}
+
+// The core's answer to one request frame, as a reply frame.
+std::vector<std::string> Answer(Rendezvous& core, const Rendezvous::Scope& scope,
+                                const std::vector<std::string>& req) {
+  const std::string op = req.empty() ? "" : req[0];
+  int64_t num = 0;
+  if (op == "set" && req.size() == 3) {
+    Status s = core.Set(scope, req[1], req[2]);
+    return s.ok() ? std::vector<std::string>{"ok"} : Error(s);
+  }
+  if (op == "get" && req.size() == 3 && ParseInt(req[2], &num)) {
+    StatusOr<std::string> v = core.Get(scope, req[1], milliseconds(std::max<int64_t>(num, 0)));
+    if (v.ok()) return {"ok", *std::move(v)};
+    if (v.status().code() == StatusCode::kDeadlineExceeded) return {"timeout"};
+    return Error(v.status());
+  }
+  if (op == "wait" && req.size() >= 2 && ParseInt(req[1], &num)) {
+    std::vector<std::string> missing;
+    Status s = core.Wait(scope, {req.begin() + 2, req.end()},
+                         milliseconds(std::max<int64_t>(num, 0)), &missing);
+    if (s.ok()) return {"ok"};
+    if (s.code() != StatusCode::kDeadlineExceeded) return Error(s);
+    missing.insert(missing.begin(), "timeout");
+    return missing;
+  }
+  if (op == "add" && req.size() == 3 && ParseInt(req[2], &num)) {
+    StatusOr<int64_t> sum = core.Add(scope, req[1], num);
+    if (!sum.ok()) return Error(sum.status());
+    return {"ok", std::to_string(*sum)};
+  }
+  return Error(InvalidArgumentError("malformed request " + Quote(op)));
+}
+
+// Writes all of `bytes`; false when the connection is gone.
+bool SendAll(int fd, const std::string& bytes) {
+  for (size_t sent = 0; sent < bytes.size();) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 class TcpStoreServerImpl final : public TcpStoreServer {
  public:
-  TcpStoreServerImpl(int listen_fd, int wake_read, int wake_write, std::string host, int port)
-      : listen_fd_(listen_fd),
-        wake_read_(wake_read),
-        wake_write_(wake_write),
-        host_(std::move(host)),
-        port_(port) {
-    thread_ = std::thread([this] { Loop(); });
+  TcpStoreServerImpl(int listen_fd, std::string host, int port)
+      : listen_fd_(listen_fd), host_(std::move(host)), port_(port) {
+    core_.Open(scope_);
+    acceptor_ = std::thread([this] { Accept(); });
   }
+  // Closing the scope wakes every parked get and wait; shutting the sockets down ends every
+  // thread's blocking accept or recv.
   ~TcpStoreServerImpl() override {
-    const char c = 0;
-    while (::write(wake_write_, &c, 1) < 0 && errno == EINTR) {
+    core_.Close(scope_.job_id, scope_.attempt);
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    acceptor_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Connection& c : connections_) ::shutdown(c.fd, SHUT_RDWR);
     }
-    thread_.join();
-    for (auto& [fd, client] : clients_) ::close(fd);
+    for (Connection& c : connections_) c.thread.join();
+    for (const Connection& c : connections_) ::close(c.fd);
     ::close(listen_fd_);
-    ::close(wake_read_);
-    ::close(wake_write_);
   }
   int port() const override { return port_; }
   std::string address() const override {
@@ -54,169 +104,54 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   }
 
  private:
-  struct Client {
-    std::string in, out;
-    // A parked get ("get") or wait ("wait"); empty when none.
-    std::string waiting;
-    std::vector<std::string> keys;
-    Clock::time_point deadline;
+  struct Connection {
+    int fd;
+    std::thread thread;
   };
 
-  void Loop();
   void Accept();
-  // Reads what is there and answers complete requests; false when the client is gone.
-  bool Read(Client& c, int fd);
-  bool Write(Client& c, int fd);
-  void Handle(Client& c, const std::vector<std::string>& req);
-  // Answers the client's parked request if its keys are set or `expire` is true.
-  void TryFinishWait(Client& c, bool expire);
-  void ServeBuffered(Client& c);
+  void Serve(int fd);
 
-  int listen_fd_, wake_read_, wake_write_;
-  std::string host_;
-  int port_;
-  std::thread thread_;
-  std::map<int, Client> clients_;  // by fd; touched by the loop thread only
-  std::map<std::string, std::string> data_;
+  const int listen_fd_;
+  const std::string host_;
+  const int port_;
+  Rendezvous core_;
+  const Rendezvous::Scope scope_{"local", 1, RandomHex(16)};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::list<Connection> connections_;  // guarded by mu_ until the acceptor has stopped
 };
-
-void TcpStoreServerImpl::Loop() {
-  while (true) {
-    std::vector<pollfd> fds = {{wake_read_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-    Clock::time_point next = Clock::time_point::max();
-    for (auto& [fd, c] : clients_) {
-      fds.push_back({fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-      if (!c.waiting.empty()) next = std::min(next, c.deadline);
-    }
-    const int timeout_ms =
-        next == Clock::time_point::max() ? -1 : static_cast<int>(Left(next).count()) + 1;
-    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
-    if (fds[0].revents) return;  // destructor
-    if (fds[1].revents & POLLIN) Accept();
-    for (size_t i = 2; i < fds.size(); ++i) {
-      auto it = clients_.find(fds[i].fd);
-      bool alive = true;
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) alive = Read(it->second, it->first);
-      if (alive && !it->second.out.empty()) alive = Write(it->second, it->first);
-      if (!alive) {
-        ::close(it->first);
-        clients_.erase(it);
-      }
-    }
-    const auto now = Clock::now();
-    for (auto& [fd, c] : clients_) {
-      if (!c.waiting.empty() && c.deadline <= now) TryFinishWait(c, /*expire=*/true);
-    }
-  }
-}
 
 void TcpStoreServerImpl::Accept() {
   while (true) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // shut down by the destructor
+    }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    clients_[fd];
+    std::lock_guard<std::mutex> lock(mu_);
+    connections_.push_back({fd, std::thread([this, fd] { Serve(fd); })});
   }
 }
 
-bool TcpStoreServerImpl::Read(Client& c, int fd) {
+void TcpStoreServerImpl::Serve(int fd) {
+  std::string in;
+  std::vector<std::string> req;
   char buf[65536];
   while (true) {
+    const int64_t used = DecodeFrame(in, &req);
+    if (used < 0) return;  // not our protocol: stop answering
+    if (used > 0) {
+      in.erase(0, static_cast<size_t>(used));
+      if (!SendAll(fd, EncodeFrame(Answer(core_, scope_, req)))) return;
+      continue;
+    }
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n > 0) {
-      c.in.append(buf, static_cast<size_t>(n));
-      continue;
-    }
-    if (n == 0) return false;
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    return false;
-  }
-  std::vector<std::string> req;
-  while (c.waiting.empty()) {
-    const int64_t used = DecodeFrame(c.in, &req);
-    if (used < 0) return false;  // not our protocol: drop the connection
-    if (used == 0) break;
-    c.in.erase(0, static_cast<size_t>(used));
-    Handle(c, req);
-  }
-  return true;
-}
-
-bool TcpStoreServerImpl::Write(Client& c, int fd) {
-  while (!c.out.empty()) {
-    const ssize_t n = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-    if (n > 0) {
-      c.out.erase(0, static_cast<size_t>(n));
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-    }
-  }
-  return true;
-}
-
-void TcpStoreServerImpl::Handle(Client& c, const std::vector<std::string>& req) {
-  const std::string op = req.empty() ? "" : req[0];
-  int64_t num = 0;
-  if (op == "set" && req.size() == 3) {
-    data_[req[1]] = req[2];
-    c.out += EncodeFrame({"ok"});
-    for (auto& [fd, other] : clients_) TryFinishWait(other, false);
-  } else if ((op == "get" && req.size() == 3 && ParseInt(req[2], &num)) ||
-             (op == "wait" && req.size() >= 2 && ParseInt(req[1], &num))) {
-    c.waiting = op;
-    c.keys.assign(req.begin() + (op == "get" ? 1 : 2), op == "get" ? req.begin() + 2 : req.end());
-    c.deadline = Clock::now() + milliseconds(num);
-    TryFinishWait(c, num <= 0);
-  } else if (op == "add" && req.size() == 3 && ParseInt(req[2], &num)) {
-    int64_t cur = 0, sum = 0;
-    auto it = data_.find(req[1]);
-    if (it != data_.end() && !ParseInt(it->second, &cur)) {
-      c.out +=
-          EncodeFrame({"error", "key " + Quote(req[1]) + " holds a value that is not an integer"});
-      return;
-    }
-    if (__builtin_add_overflow(cur, num, &sum)) {
-      c.out += EncodeFrame({"error", "key " + Quote(req[1]) + " holds " + std::to_string(cur) +
-                                         "; adding " + std::to_string(num) +
-                                         " would overflow a 64-bit integer; use a new key"});
-      return;
-    }
-    data_[req[1]] = std::to_string(sum);
-    c.out += EncodeFrame({"ok", std::to_string(sum)});
-    for (auto& [fd, other] : clients_) TryFinishWait(other, false);
-  } else {
-    c.out += EncodeFrame({"error", "malformed request " + Quote(op)});
-  }
-}
-
-void TcpStoreServerImpl::TryFinishWait(Client& c, bool expire) {
-  if (c.waiting.empty()) return;
-  std::vector<std::string> missing;
-  for (const std::string& k : c.keys) {
-    if (data_.count(k) == 0) missing.push_back(k);
-  }
-  if (!missing.empty() && !expire) return;
-  std::vector<std::string> reply = {missing.empty() ? "ok" : "timeout"};
-  if (missing.empty() && c.waiting == "get") reply.push_back(data_[c.keys[0]]);
-  reply.insert(reply.end(), missing.begin(), missing.end());
-  c.out += EncodeFrame(reply);
-  c.waiting.clear();
-  c.keys.clear();
-  ServeBuffered(c);
-}
-
-// Requests that arrived while one was parked.
-void TcpStoreServerImpl::ServeBuffered(Client& c) {
-  std::vector<std::string> req;
-  while (c.waiting.empty()) {
-    const int64_t used = DecodeFrame(c.in, &req);
-    if (used <= 0) return;
-    c.in.erase(0, static_cast<size_t>(used));
-    Handle(c, req);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    in.append(buf, static_cast<size_t>(n));
   }
 }
 
@@ -234,7 +169,7 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::strin
     return InvalidArgumentError("store server: cannot resolve " + where + ": " +
                                 ::gai_strerror(gai));
   }
-  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
   if (fd < 0 || ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
       ::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 1024) != 0) {
@@ -250,14 +185,7 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::strin
   const int actual =
       ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  int wake[2];
-  if (::pipe2(wake, O_CLOEXEC) != 0) {
-    Status st = ErrnoStatus("store server: pipe");
-    ::close(fd);
-    return st;
-  }
-  return std::unique_ptr<TcpStoreServer>(
-      new TcpStoreServerImpl(fd, wake[0], wake[1], host, actual));
+  return std::unique_ptr<TcpStoreServer>(new TcpStoreServerImpl(fd, host, actual));
 }
 
 }  // namespace trainyard::dist

@@ -8,10 +8,13 @@
 //   {"set", key, value}        -> {"ok"}
 //   {"get", key, timeout_ms}   -> {"ok", value} | {"timeout"}
 //   {"wait", timeout_ms, keys} -> {"ok"} | {"timeout", missing keys...}
-//   {"add", key, delta}        -> {"ok", sum} | {"error", message}
-// The server parks a get or wait whose keys are missing until they are set or its timeout
-// passes, so waiting costs no polling. The client bounds every exchange by the request's own
-// timeout plus kIoGrace; a closed connection is Unavailable at once.
+//   {"add", key, delta}        -> {"ok", sum}
+// and any of them -> {"error", message, StatusCode as a decimal} when the store core
+// (common/rendezvous.h) refuses it (a key or value over its limits, an add to a value that
+// is not an integer or past int64). The server blocks a get or wait in the core until its
+// keys are set or its timeout passes, so waiting costs no polling. The client bounds every
+// exchange by the request's own timeout plus kIoGrace; a closed connection is Unavailable at
+// once.
 #pragma once
 
 #include <cstdint>

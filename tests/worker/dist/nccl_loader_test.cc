@@ -58,12 +58,16 @@ bool Contains(const Status& st, const std::string& what) {
 class NcclLoaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = OpenFileStore(dir_.File("store"));
+    auto server = TcpStoreServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    auto store = TcpStore::Connect(server_->address(), std::chrono::seconds(5));
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *store;
     options_.timeout = std::chrono::seconds(5);
   }
   testing::TempDir dir_;
+  std::unique_ptr<TcpStoreServer> server_;
   std::shared_ptr<Store> store_;
   ProcessGroupOptions options_;
 };

@@ -16,7 +16,6 @@
 #include <thread>
 
 #include "tests/testing/subprocess.h"
-#include "tests/testing/temp_dir.h"
 #include "worker/dist/store.h"
 #include "worker/tensor/factories.h"
 
@@ -465,25 +464,6 @@ TEST_F(GlooTest, ARankThatSkipsACollectiveIsNamedByItsRingNeighbour) {
             << st;
       }
       if (--waiting == 0) done.set_value();
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
-TEST_F(GlooTest, AGroupRendezvousesThroughAFileStore) {
-  testing::TempDir dir;
-  auto store = OpenFileStore(dir.path());
-  ASSERT_TRUE(store.ok()) << store.status();
-  ProcessGroupOptions options = FastOptions();
-  options.hostname = "127.0.0.1";
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto group = CreateProcessGroup("gloo", *store, r, 2, options);
-      ASSERT_TRUE(group.ok()) << group.status();
-      Tensor t = Full({3}, r + 1.0);
-      ASSERT_TRUE(WaitFor(**group, *(*group)->AllReduce(t)).ok());
-      EXPECT_EQ(ToVector<float>(t), std::vector<float>(3, 3.0f));
     });
   }
   for (auto& t : threads) t.join();

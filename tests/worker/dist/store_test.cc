@@ -1,16 +1,15 @@
-// TcpStoreServer + TcpStore and FileStore behind the one Store interface, plus PrefixStore.
-// The shared behaviour runs against both (StoreTest, parameterised); timeouts are 100 ms.
+// TcpStoreServer + TcpStore behind the Store interface, serving the store core
+// (common/rendezvous.h, whose own tests are tests/common/rendezvous_test.cc), plus PrefixStore.
+// Timeouts are 100 ms.
 #include "worker/dist/store.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <filesystem>
 #include <future>
 #include <limits>
 #include <thread>
 
-#include "tests/testing/temp_dir.h"
 
 namespace trainyard::dist {
 namespace {
@@ -25,35 +24,28 @@ double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// One store backend: a live TCP server with a client, or a directory.
-class StoreTest : public ::testing::TestWithParam<std::string> {
+// A live TCP server with a client.
+class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (GetParam() == "tcp") {
-      auto server = TcpStoreServer::Start();
-      ASSERT_TRUE(server.ok()) << server.status();
-      server_ = std::move(*server);
-      store_ = Open();
-    } else {
-      store_ = Open();
-    }
+    auto server = TcpStoreServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    store_ = Open();
     ASSERT_NE(store_, nullptr);
   }
   // Another client of the same store (a second process would do the same).
   std::shared_ptr<Store> Open() {
-    StatusOr<std::shared_ptr<Store>> s = GetParam() == "tcp"
-                                             ? TcpStore::Connect(server_->address(), kLong)
-                                             : OpenFileStore(dir_.path() + "/store");
+    StatusOr<std::shared_ptr<Store>> s = TcpStore::Connect(server_->address(), kLong);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *s : nullptr;
   }
 
-  testing::TempDir dir_;
   std::unique_ptr<TcpStoreServer> server_;
   std::shared_ptr<Store> store_;
 };
 
-TEST_P(StoreTest, GetReturnsWhatSetStored) {
+TEST_F(StoreTest, GetReturnsWhatSetStored) {
   ASSERT_TRUE(store_->Set("a", "1").ok());
   ASSERT_TRUE(store_->Set("a", "2").ok());  // replaces
   auto v = Open()->Get("a", kShort);
@@ -61,20 +53,20 @@ TEST_P(StoreTest, GetReturnsWhatSetStored) {
   EXPECT_EQ(*v, "2");
 }
 
-TEST_P(StoreTest, ValuesAreBinaryAndKeysMayHoldSlashes) {
+TEST_F(StoreTest, ValuesAreBinaryAndKeysMayHoldSlashes) {
   std::string value(1 << 20, '\0');
   for (size_t i = 0; i < value.size(); ++i) value[i] = static_cast<char>(i * 131);
   ASSERT_TRUE(store_->Set("job/1/attempt/../x y", value).ok());
-  ASSERT_TRUE(store_->Set("", "empty key").ok());
   auto v = store_->Get("job/1/attempt/../x y", kShort);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(*v, value);
-  EXPECT_EQ(*store_->Get("", kShort), "empty key");
+  // As the coordinator's store: keys are 1 to 1024 bytes.
+  EXPECT_EQ(store_->Set("", "empty key").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->Get("job/1/attempt/x y", milliseconds(0)).status().code(),
             StatusCode::kDeadlineExceeded);
 }
 
-TEST_P(StoreTest, GetWaitsForAKeySetLater) {
+TEST_F(StoreTest, GetWaitsForAKeySetLater) {
   auto other = Open();
   auto got = std::async(std::launch::async, [&] { return store_->Get("late", kLong); });
   ASSERT_TRUE(other->Set("late", "here").ok());
@@ -83,7 +75,7 @@ TEST_P(StoreTest, GetWaitsForAKeySetLater) {
   EXPECT_EQ(*v, "here");
 }
 
-TEST_P(StoreTest, GetTimesOutNamingTheKey) {
+TEST_F(StoreTest, GetTimesOutNamingTheKey) {
   const auto t0 = Clock::now();
   auto v = store_->Get("never", kShort);
   const double took = SecondsSince(t0);
@@ -94,7 +86,7 @@ TEST_P(StoreTest, GetTimesOutNamingTheKey) {
   EXPECT_LT(took, 1.0);
 }
 
-TEST_P(StoreTest, WaitNamesOnlyTheMissingKeys) {
+TEST_F(StoreTest, WaitNamesOnlyTheMissingKeys) {
   ASSERT_TRUE(store_->Set("k0", "").ok());
   ASSERT_TRUE(store_->Set("k2", "").ok());
   EXPECT_TRUE(store_->Wait({"k0", "k2"}, kShort).ok());
@@ -106,14 +98,14 @@ TEST_P(StoreTest, WaitNamesOnlyTheMissingKeys) {
   EXPECT_EQ(st.message().find("\"k0\""), std::string::npos) << st;
 }
 
-TEST_P(StoreTest, WaitReturnsOnceTheLastKeyIsSet) {
+TEST_F(StoreTest, WaitReturnsOnceTheLastKeyIsSet) {
   ASSERT_TRUE(store_->Set("x", "").ok());
   auto waited = std::async(std::launch::async, [&] { return store_->Wait({"x", "y"}, kLong); });
   ASSERT_TRUE(Open()->Set("y", "").ok());
   EXPECT_TRUE(waited.get().ok());
 }
 
-TEST_P(StoreTest, AddIsAtomicAcrossClientsAndThreads) {
+TEST_F(StoreTest, AddIsAtomicAcrossClientsAndThreads) {
   constexpr int kThreads = 4, kAdds = 50;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -130,14 +122,14 @@ TEST_P(StoreTest, AddIsAtomicAcrossClientsAndThreads) {
   EXPECT_EQ(*store_->Get("counter", kShort), std::to_string(kThreads * kAdds));
 }
 
-TEST_P(StoreTest, AddToANonIntegerIsInvalidArgument) {
+TEST_F(StoreTest, AddToANonIntegerIsFailedPrecondition) {
   ASSERT_TRUE(store_->Set("text", "abc").ok());
   auto sum = store_->Add("text", 1);
-  EXPECT_EQ(sum.status().code(), StatusCode::kInvalidArgument) << sum.status();
+  EXPECT_EQ(sum.status().code(), StatusCode::kFailedPrecondition) << sum.status();
   EXPECT_NE(sum.status().message().find("\"text\""), std::string::npos) << sum.status();
 }
 
-TEST_P(StoreTest, AddPastTheInt64LimitsIsInvalidArgumentAndKeepsTheValue) {
+TEST_F(StoreTest, AddPastTheInt64LimitsIsInvalidArgumentAndKeepsTheValue) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   ASSERT_EQ(*store_->Add("n", kMax), kMax);
   auto sum = store_->Add("n", 1);
@@ -153,7 +145,7 @@ TEST_P(StoreTest, AddPastTheInt64LimitsIsInvalidArgumentAndKeepsTheValue) {
   EXPECT_EQ(store_->Add("low", -1).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_P(StoreTest, PrefixStoresDoNotSeeEachOther) {
+TEST_F(StoreTest, PrefixStoresDoNotSeeEachOther) {
   auto a = std::make_shared<PrefixStore>("job/1/attempt/0/", store_);
   auto b = std::make_shared<PrefixStore>("job/1/attempt/1/", store_);
   ASSERT_TRUE(a->Set("rank0", "a").ok());
@@ -166,8 +158,17 @@ TEST_P(StoreTest, PrefixStoresDoNotSeeEachOther) {
   EXPECT_NE(st.message().find("job/1/attempt/1/rank0"), std::string::npos) << st;
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::Values("tcp", "file"),
-                         [](const auto& info) { return info.param; });
+TEST_F(StoreTest, KeysAndValuesOverTheCoresLimitsAreRefusedNamingThem) {
+  const std::string long_key(1025, 'k');
+  Status st = store_->Set(long_key, "v");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("1025 bytes: must be 1 to 1024"), std::string::npos) << st;
+  st = store_->Set("big", std::string((1 << 20) + 1, 'v'));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("\"big\""), std::string::npos) << st;
+  EXPECT_EQ(store_->Get("big", milliseconds(0)).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(store_->Get(long_key, milliseconds(0)).status().code(), StatusCode::kInvalidArgument);
+}
 
 // ---- TCP only ----
 
@@ -241,32 +242,6 @@ TEST(TcpStoreTest, StartOnABusyPortNamesTheAddress) {
   EXPECT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find(std::to_string((*server)->port())), std::string::npos)
       << second.status();
-}
-
-// ---- File only ----
-
-TEST(FileStoreTest, EveryKeyIsOneFileInsideTheDirectory) {
-  testing::TempDir dir;
-  auto store = OpenFileStore(dir.File("nested/store"));
-  ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)->Set("../../escape", "x").ok());
-  ASSERT_TRUE((*store)->Set("a/b", "y").ok());
-  int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.File("nested/store"))) {
-    EXPECT_TRUE(entry.is_regular_file()) << entry.path();
-    files += entry.path().filename().string()[0] == 'k';
-  }
-  EXPECT_EQ(files, 2);
-  EXPECT_FALSE(std::filesystem::exists(dir.File("escape")));
-  EXPECT_EQ((*store)->LocalAddressHint(), "");
-}
-
-TEST(FileStoreTest, OpenFailsOnAPathThatIsAFile) {
-  testing::TempDir dir;
-  ASSERT_TRUE((*OpenFileStore(dir.path()))->Set("x", "1").ok());
-  auto store = OpenFileStore(dir.path() + "/kx");
-  EXPECT_FALSE(store.ok());
-  EXPECT_NE(store.status().message().find("/kx"), std::string::npos) << store.status();
 }
 
 TEST(FormatDurationTest, ReadsAsPeopleWriteIt) {

@@ -1,4 +1,4 @@
-#include "server/rendezvous.h"
+#include "common/rendezvous.h"
 
 #include <chrono>
 #include <future>
@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace trainyard::server {
+namespace trainyard {
 namespace {
 
 using ::testing::HasSubstr;
@@ -67,7 +67,7 @@ TEST_F(RendezvousTest, GetOfAKeyNobodySetsTimesOut) {
   ASSERT_TRUE(store_.Set(scope_, "a", "1").ok());
   Status waited = store_.Wait(scope_, {"a", "b"}, 20ms);
   EXPECT_EQ(waited.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(waited.message(), HasSubstr(": b"));  // names only the missing key
+  EXPECT_THAT(waited.message(), HasSubstr(": \"b\""));  // names only the missing key
 }
 
 TEST_F(RendezvousTest, WrongSecretIsPermissionDenied) {
@@ -127,7 +127,7 @@ TEST_F(RendezvousTest, AddPastTheInt64LimitsIsInvalidArgumentAndKeepsTheValue) {
   StatusOr<int64_t> sum = store_.Add(scope_, "n", 1);
   EXPECT_EQ(sum.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(sum.status().message(),
-            "rendezvous key n holds 9223372036854775807; adding 1 would overflow a 64-bit "
+            "rendezvous key \"n\" holds 9223372036854775807; adding 1 would overflow a 64-bit "
             "integer; use a new key");
   EXPECT_EQ(*store_.Get(scope_, "n", 0ms), std::to_string(kMax));
 
@@ -148,4 +148,4 @@ TEST_F(RendezvousTest, RefusesKeysOverTheLimits) {
 }
 
 }  // namespace
-}  // namespace trainyard::server
+}  // namespace trainyard

@@ -1,9 +1,14 @@
-#include "server/rendezvous.h"
+#include "common/rendezvous.h"
 
 #include <cerrno>
 #include <cstdlib>
 
-namespace trainyard::server {
+namespace trainyard {
+namespace {
+
+std::string Quote(const std::string& key) { return "\"" + key + "\""; }
+
+}  // namespace
 
 void Rendezvous::Open(const Scope& scope) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -33,7 +38,7 @@ Status Rendezvous::CheckSize(const std::string& key, size_t value_bytes) const {
   }
   if (value_bytes > kMaxValueBytes) {
     return InvalidArgumentError("rendezvous value of " + std::to_string(value_bytes) +
-                                " bytes for key " + key + ": at most " +
+                                " bytes for key " + Quote(key) + ": at most " +
                                 std::to_string(kMaxValueBytes));
   }
   return OkStatus();
@@ -65,21 +70,24 @@ StatusOr<std::string> Rendezvous::Get(const Scope& scope, const std::string& key
       ASSIGN_OR_RETURN(space, Find(scope));
       it = space->values.find(key);
       if (it != space->values.end()) return it->second;
-      return DeadlineExceededError("rendezvous key " + key + " not set within " +
+      return DeadlineExceededError("rendezvous key " + Quote(key) + " not set within " +
                                    std::to_string(timeout.count()) + " ms");
     }
   }
 }
 
 Status Rendezvous::Wait(const Scope& scope, const std::vector<std::string>& keys,
-                        std::chrono::milliseconds timeout) {
+                        std::chrono::milliseconds timeout, std::vector<std::string>* missing_keys) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     ASSIGN_OR_RETURN(Space * space, Find(scope));
     std::string missing;
+    if (missing_keys) missing_keys->clear();
     for (const std::string& k : keys) {
-      if (space->values.count(k) == 0) missing += (missing.empty() ? "" : ", ") + k;
+      if (space->values.count(k) != 0) continue;
+      missing += (missing.empty() ? "" : ", ") + Quote(k);
+      if (missing_keys) missing_keys->push_back(k);
     }
     if (missing.empty()) return OkStatus();
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -105,12 +113,13 @@ StatusOr<int64_t> Rendezvous::Add(const Scope& scope, const std::string& key, in
     errno = 0;
     n = std::strtoll(v.c_str(), &end, 10);
     if (*end != '\0' || errno == ERANGE) {
-      return FailedPreconditionError("rendezvous key " + key + " holds a non-integer value");
+      return FailedPreconditionError("rendezvous key " + Quote(key) +
+                                     " holds a value that is not an integer");
     }
   }
   int64_t sum = 0;
   if (__builtin_add_overflow(n, delta, &sum)) {
-    return InvalidArgumentError("rendezvous key " + key + " holds " + std::to_string(n) +
+    return InvalidArgumentError("rendezvous key " + Quote(key) + " holds " + std::to_string(n) +
                                 "; adding " + std::to_string(delta) +
                                 " would overflow a 64-bit integer; use a new key");
   }
@@ -119,4 +128,4 @@ StatusOr<int64_t> Rendezvous::Add(const Scope& scope, const std::string& key, in
   return sum;
 }
 
-}  // namespace trainyard::server
+}  // namespace trainyard

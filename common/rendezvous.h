@@ -1,7 +1,9 @@
-// Rendezvous: the key-value store the ranks of one job attempt meet through (Gloo's addresses,
-// NCCL's unique id, start-up barriers): dist::Store's four operations, served over gRPC by the
-// Worker service. Each attempt has its own scope, open while the attempt runs and guarded by
-// its secret. Thread-safe; waits are bounded by the caller's timeout.
+// Rendezvous: the key-value store the ranks of one run meet through (Gloo's addresses, NCCL's
+// unique id, start-up barriers), dist::Store's four operations. The one store core: the
+// coordinator serves it over gRPC (the Worker service's Store* calls, one scope per job
+// attempt, guarded by the attempt's secret) and `trainyard train --nproc` over TCP
+// (worker/dist/tcp_store_server.cc, one scope). Thread-safe; waits are bounded by the
+// caller's timeout.
 #pragma once
 
 #include <chrono>
@@ -13,7 +15,7 @@
 
 #include "common/status.h"
 
-namespace trainyard::server {
+namespace trainyard {
 
 class Rendezvous {
  public:
@@ -32,8 +34,10 @@ class Rendezvous {
   Status Set(const Scope& scope, const std::string& key, const std::string& value);
   StatusOr<std::string> Get(const Scope& scope, const std::string& key,
                             std::chrono::milliseconds timeout);
+  // Waits until every key is set; DeadlineExceeded naming the keys still missing, which are
+  // also left in `missing` when it is given.
   Status Wait(const Scope& scope, const std::vector<std::string>& keys,
-              std::chrono::milliseconds timeout);
+              std::chrono::milliseconds timeout, std::vector<std::string>* missing = nullptr);
   // Adds `delta` to the integer in `key` (absent: 0) and returns the sum; FailedPrecondition
   // when the key holds no int64, InvalidArgument (the value unchanged) when the sum would not
   // fit in one.
@@ -58,4 +62,4 @@ class Rendezvous {
   std::map<Key, Space> spaces_;
 };
 
-}  // namespace trainyard::server
+}  // namespace trainyard
