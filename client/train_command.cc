@@ -24,6 +24,8 @@
 #include "kernels/cpu/parallel.h"
 #include "worker/dist/process_group.h"
 #include "worker/dist/store.h"
+#include "worker/ranks/env.h"
+#include "worker/ranks/group.h"
 #include "worker/trainer/trainer.h"
 
 namespace trainyard::client {
@@ -48,8 +50,6 @@ constexpr const char* kUsage =
     "                 prints progress and the summary, the others' errors come prefixed [rank r].\n"
     "                 Default: parallelism.world_size (1: this process); when the spec sets it\n"
     "                 too, the two must agree\n";
-
-constexpr int kMaxNproc = 4096;  // parallelism.world_size's bound
 
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_signal{0};
@@ -86,7 +86,6 @@ std::string Grouped(double v) {
   }
   return out;
 }
-
 
 // 1536 -> "1.5 KiB", 3 << 30 -> "3.0 GiB".
 std::string Bytes(int64_t bytes) {
@@ -141,8 +140,8 @@ class Progress {
   // Tensor memory on the training device (the GPU's, or the process's on the CPU): the most
   // the step had in tensors, and what the caching allocator holds.
   static std::string Memory(const trainer::StepMetrics& m) {
-    return "  memory " + Bytes(m.memory.peak_allocated_bytes) + " peak, " + Bytes(m.memory.reserved_bytes) +
-           " reserved";
+    return "  memory " + Bytes(m.memory.peak_allocated_bytes) + " peak, " +
+           Bytes(m.memory.reserved_bytes) + " reserved";
   }
 
   // precision fp16: the loss scale and how many steps this run skipped for inf/NaN gradients.
@@ -240,12 +239,12 @@ Json SummaryJson(const trainer::TrainSummary& s) {
 }
 
 void PrintSummary(const trainer::TrainSummary& s, bool text) {
-  std::string out = s.name + ": " + (s.interrupted ? "stopped at step " : "") +
-                    std::to_string(s.steps) +
-                    (s.interrupted ? " of " + std::to_string(s.total_steps) : " steps") + " (" +
-                    std::to_string(s.steps_this_run) + " in this run) in " + FormatDuration(s.seconds) +
-                    ", " + Grouped(text ? s.tokens_per_second : s.samples_per_second) +
-                    (text ? " tokens/s\n" : " samples/s\n");
+  std::string out =
+      s.name + ": " + (s.interrupted ? "stopped at step " : "") + std::to_string(s.steps) +
+      (s.interrupted ? " of " + std::to_string(s.total_steps) : " steps") + " (" +
+      std::to_string(s.steps_this_run) + " in this run) in " + FormatDuration(s.seconds) + ", " +
+      Grouped(text ? s.tokens_per_second : s.samples_per_second) +
+      (text ? " tokens/s\n" : " samples/s\n");
   out += "  train loss   " + Fixed(s.final_train_loss, 4) + " (mean of the last 50 steps)\n";
   if (s.skipped_steps > 0) {
     out += "  skipped      " + std::to_string(s.skipped_steps) +
@@ -346,10 +345,10 @@ StatusOr<int> ResolveNproc(const TrainArgs& a, const spec::JobSpec& spec, bool s
     char* end = nullptr;
     errno = 0;
     const long n = std::strtol(a.nproc->c_str(), &end, 10);
-    if (a.nproc->empty() || *end != '\0' || errno != 0 || n < 1 || n > kMaxNproc) {
+    if (a.nproc->empty() || *end != '\0' || errno != 0 || n < 1 || n > ranks::kMaxRanks) {
       return InvalidArgumentError("--nproc \"" + *a.nproc +
                                   "\": must be a number of processes in [1, " +
-                                  std::to_string(kMaxNproc) + "]");
+                                  std::to_string(ranks::kMaxRanks) + "]");
     }
     nproc = static_cast<int>(n);
     if (sets_world_size && nproc != world_size) {
@@ -369,29 +368,17 @@ StatusOr<int> ResolveNproc(const TrainArgs& a, const spec::JobSpec& spec, bool s
 }
 
 // In a launched rank: the store the launcher serves, scoped to this run, and the group.
-StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const RankEnv& env,
+StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const ranks::LocalRankEnv& env,
                                                         const spec::JobSpec& spec) {
   const auto timeout =
       std::chrono::milliseconds(std::llround(spec.parallelism.collective_timeout_seconds * 1000));
   StatusOr<std::shared_ptr<dist::Store>> store = dist::TcpStore::Connect(env.store, timeout);
   if (!store.ok()) {
     return Status(store.status().code(), "connecting to the launcher's store " + env.store + " (" +
-                                             kStoreEnv + "): " + store.status().message());
+                                             ranks::kStoreEnv + "): " + store.status().message());
   }
   auto scoped = std::make_shared<dist::PrefixStore>("run/" + env.run_id + "/", *store);
-  dist::ProcessGroupOptions options;
-  options.timeout = timeout;
-  options.algorithm = spec.parallelism.all_reduce_algorithm;
-  // NCCL: "ring" pins NCCL_ALGO=Ring (the spec allows no other algorithm for nccl) unless the
-  // environment chose one (Tree, NVLS, ...); InfiniBand settings (NCCL_IB_HCA,
-  // NCCL_IB_DISABLE, ...) come from the environment, which ranks inherit.
-  if (spec::ResolvedBackend(spec) == "nccl" && std::getenv("NCCL_ALGO") == nullptr) {
-    options.nccl_algo = "Ring";
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<dist::ProcessGroup> group,
-                   dist::CreateProcessGroup(spec::ResolvedBackend(spec), std::move(scoped),
-                                            env.rank, env.world_size, options));
-  return std::shared_ptr<dist::ProcessGroup>(std::move(group));
+  return ranks::JoinGroup(spec, std::move(scoped), env.rank, env.world_size, /*hostname=*/"");
 }
 
 // A rerun of a run that finished: nothing to train. Says so (the summary's already_complete
@@ -474,15 +461,17 @@ int Train(const TrainArgs& a, const spec::JobSpec& spec,
 }
 
 // One rank of a launched run (TRAINYARD_RANK is set).
-int TrainRank(const TrainArgs& a, const RankEnv& env, spec::JobSpec spec, bool sets_world_size) {
+int TrainRank(const TrainArgs& a, const ranks::LocalRankEnv& env, spec::JobSpec spec,
+              bool sets_world_size) {
   if (a.nproc) {
-    return Fail(std::string("--nproc starts ranks; this process is one (") + kRankEnv + " = " +
-                    std::to_string(env.rank) + ")",
+    return Fail(std::string("--nproc starts ranks; this process is one (") + ranks::kRankEnv +
+                    " = " + std::to_string(env.rank) + ")",
                 2);
   }
   if (sets_world_size && spec.parallelism.world_size != env.world_size) {
     return Fail("parallelism.world_size = " + std::to_string(spec.parallelism.world_size) + " in " +
-                    a.spec_path + ", but " + kWorldSizeEnv + " = " + std::to_string(env.world_size),
+                    a.spec_path + ", but " + ranks::kWorldSizeEnv + " = " +
+                    std::to_string(env.world_size),
                 2);
   }
   spec.parallelism.world_size = env.world_size;
@@ -499,7 +488,7 @@ int TrainRank(const TrainArgs& a, const RankEnv& env, spec::JobSpec spec, bool s
 int RunTrainCommand(const std::vector<std::string>& args) {
   TrainArgs a;
   if (int code = ParseArgs(args, &a); code >= 0) return code;
-  StatusOr<std::optional<RankEnv>> rank = ReadRankEnv();
+  StatusOr<std::optional<ranks::LocalRankEnv>> rank = ranks::ReadLocalRankEnv();
   if (!rank.ok()) return Fail(std::string(rank.status().message()), 2);
   StatusOr<Json> json = LoadSpecJson(a.spec_path, a.overrides);
   if (!json.ok()) return Fail(std::string(json.status().message()), 2);

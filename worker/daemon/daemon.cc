@@ -17,6 +17,7 @@
 #include "worker/daemon/rank.h"
 #include "worker/daemon/rank_supervisor.h"
 #include "worker/daemon/worker_metrics.h"
+#include "worker/ranks/env.h"
 
 namespace trainyard::daemon {
 namespace {
@@ -126,13 +127,13 @@ class Daemon {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     so.threads_per_rank = o_.threads_per_rank > 0 ? o_.threads_per_rank
                                                   : std::max(1, cores / std::max(1, o_.cpu_slots));
-    so.env = {std::string(kCoordinatorEnv) + "=" + o_.coordinator,
-              std::string(kHostEnv) + "=" + o_.host,
-              std::string(kTokenEnv) + "=" + o_.token,
-              std::string(kCaEnv) + "=" + o_.channel.tls.ca,
-              std::string(kCertEnv) + "=" + o_.channel.tls.cert,
-              std::string(kKeyEnv) + "=" + o_.channel.tls.key,
-              std::string(kServerNameEnv) + "=" + o_.channel.tls_server_name};
+    so.env = {std::string(ranks::kCoordinatorEnv) + "=" + o_.coordinator,
+              std::string(ranks::kHostEnv) + "=" + o_.host,
+              std::string(ranks::kTokenEnv) + "=" + o_.token,
+              std::string(ranks::kCaEnv) + "=" + o_.channel.tls.ca,
+              std::string(ranks::kCertEnv) + "=" + o_.channel.tls.cert,
+              std::string(ranks::kKeyEnv) + "=" + o_.channel.tls.key,
+              std::string(ranks::kServerNameEnv) + "=" + o_.channel.tls_server_name};
     so.on_report = [this](const v1::RankStatus& who, const Json& line) {
       if (line.Find("type")->string_value() == "step") metrics_->OnStep(who, line);
       std::optional<v1::MetricsReport> r = ToReport(who, line);

@@ -1,7 +1,5 @@
 #include "worker/daemon/rank.h"
 
-#include "worker/daemon/gpus.h"
-
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,8 +14,11 @@
 #include "common/json.h"
 #include "common/signals.h"
 #include "proto/rpc.h"
+#include "worker/daemon/gpus.h"
 #include "worker/daemon/grpc_store.h"
 #include "worker/dist/process_group.h"
+#include "worker/ranks/env.h"
+#include "worker/ranks/group.h"
 #include "worker/trainer/trainer.h"
 
 namespace trainyard::daemon {
@@ -96,38 +97,32 @@ struct Place {
   int attempt = 0, rank = 0, world_size = 1, report_fd = -1, slot = 0;
 };
 
+constexpr const char* kByHand = " (trainyard-worker sets it; a rank is not run by hand)";
+
 StatusOr<int> IntEnv(const char* name, int lo, int hi) {
-  const std::string v = Env(name);
-  char* end = nullptr;
-  const long n = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < lo || n > hi) {
-    return InvalidArgumentError(std::string(name) + " = \"" + v + "\": must be an integer in [" +
-                                std::to_string(lo) + ", " + std::to_string(hi) + "]" +
-                                " (trainyard-worker sets it; a rank is not run by hand)");
-  }
-  return static_cast<int>(n);
+  return ranks::IntEnv(name, lo, hi, kByHand, kByHand);
 }
 
 StatusOr<Place> ReadPlace() {
   Place p;
-  p.coordinator = Env(kCoordinatorEnv);
-  p.job_id = Env(kJobEnv);
-  p.secret = Env(kSecretEnv);
-  p.spec_path = Env(kSpecEnv);
-  p.host = Env(kHostEnv);
-  for (const auto& [name, value] : {std::pair{kCoordinatorEnv, &p.coordinator},
-                                    std::pair{kJobEnv, &p.job_id}, std::pair{kSpecEnv, &p.spec_path}}) {
+  p.coordinator = Env(ranks::kCoordinatorEnv);
+  p.job_id = Env(ranks::kJobEnv);
+  p.secret = Env(ranks::kSecretEnv);
+  p.spec_path = Env(ranks::kSpecEnv);
+  p.host = Env(ranks::kHostEnv);
+  for (const auto& [name, value] :
+       {std::pair{ranks::kCoordinatorEnv, &p.coordinator}, std::pair{ranks::kJobEnv, &p.job_id},
+        std::pair{ranks::kSpecEnv, &p.spec_path}}) {
     if (value->empty()) {
-      return InvalidArgumentError(std::string(name) +
-                                  " is not set (trainyard-worker sets it; a rank is not run by hand)");
+      return InvalidArgumentError(std::string(name) + " is not set" + kByHand);
     }
   }
-  ASSIGN_OR_RETURN(p.attempt, IntEnv(kAttemptEnv, 1, 1 << 30));
-  ASSIGN_OR_RETURN(p.world_size, IntEnv(kWorldSizeEnv, 1, 4096));
-  ASSIGN_OR_RETURN(p.rank, IntEnv(kRankEnv, 0, p.world_size - 1));
-  ASSIGN_OR_RETURN(p.report_fd, IntEnv(kReportFdEnv, -1, 1 << 20));
-  if (!Env(kSlotEnv).empty()) {
-    ASSIGN_OR_RETURN(p.slot, IntEnv(kSlotEnv, 0, 4095));
+  ASSIGN_OR_RETURN(p.attempt, IntEnv(ranks::kAttemptEnv, 1, 1 << 30));
+  ASSIGN_OR_RETURN(p.world_size, IntEnv(ranks::kWorldSizeEnv, 1, ranks::kMaxRanks));
+  ASSIGN_OR_RETURN(p.rank, IntEnv(ranks::kRankEnv, 0, p.world_size - 1));
+  ASSIGN_OR_RETURN(p.report_fd, IntEnv(ranks::kReportFdEnv, -1, 1 << 20));
+  if (!Env(ranks::kSlotEnv).empty()) {
+    ASSIGN_OR_RETURN(p.slot, IntEnv(ranks::kSlotEnv, 0, 4095));
   }
   return p;
 }
@@ -143,26 +138,13 @@ StatusOr<spec::JobSpec> ReadSpec(const std::string& path) {
 
 StatusOr<std::shared_ptr<dist::ProcessGroup>> Join(const Place& p, const spec::JobSpec& spec) {
   rpc::ChannelOptions co;
-  co.tls = {Env(kCaEnv), Env(kCertEnv), Env(kKeyEnv)};
+  co.tls = {Env(ranks::kCaEnv), Env(ranks::kCertEnv), Env(ranks::kKeyEnv)};
   co.plaintext_remote = true;  // the daemon already applied the policy to this address
-  co.tls_server_name = Env(kServerNameEnv);
+  co.tls_server_name = Env(ranks::kServerNameEnv);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, rpc::MakeChannel(p.coordinator, co));
   std::shared_ptr<dist::Store> store =
-      NewGrpcStore(channel, {p.job_id, p.attempt, p.secret}, Env(kTokenEnv));
-  const auto timeout =
-      std::chrono::milliseconds(std::llround(spec.parallelism.collective_timeout_seconds * 1000));
-  dist::ProcessGroupOptions options;
-  options.timeout = timeout;
-  options.algorithm = spec.parallelism.all_reduce_algorithm;
-  options.hostname = p.host;
-  // NCCL: the spec's "ring" pins NCCL_ALGO=Ring unless the operator's environment chose one.
-  if (spec::ResolvedBackend(spec) == "nccl" && std::getenv("NCCL_ALGO") == nullptr) {
-    options.nccl_algo = "Ring";
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<dist::ProcessGroup> group,
-                   dist::CreateProcessGroup(spec::ResolvedBackend(spec), std::move(store), p.rank,
-                                            p.world_size, options));
-  return std::shared_ptr<dist::ProcessGroup>(std::move(group));
+      NewGrpcStore(channel, {p.job_id, p.attempt, p.secret}, Env(ranks::kTokenEnv));
+  return ranks::JoinGroup(spec, std::move(store), p.rank, p.world_size, p.host);
 }
 
 // Errors of the job itself, which the same spec on the same data would hit again.
@@ -203,23 +185,24 @@ int RunRank() {
   if (place->world_size > 1) {
     StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = Join(*place, *spec);
     if (!joined.ok()) {
-      return finish(Fail("rank " + std::to_string(place->rank) + ": joining the group: " +
-                             std::string(joined.status().message()),
+      return finish(Fail("rank " + std::to_string(place->rank) +
+                             ": joining the group: " + std::string(joined.status().message()),
                          1));
     }
     group = *std::move(joined);
     done = true;
     progress_thread.join();
     done = false;
-    progress_thread = std::thread([&] { ReportProgress(&reporter, &progress, group.get(), &done); });
+    progress_thread =
+        std::thread([&] { ReportProgress(&reporter, &progress, group.get(), &done); });
   }
 
   trainer::TrainerOptions options;
   options.stop = &g_stop;
   options.process_group = group;
   options.progress = &progress;
-  options.run_uid = Env(kJobUidEnv);
-  options.job = Env(kJobEnv);
+  options.run_uid = Env(ranks::kJobUidEnv);
+  options.job = Env(ranks::kJobEnv);
   options.on_step = [&](const trainer::StepMetrics& m) {
     reporter.Send(trainer::StepMetricsJson(m));
   };

@@ -1,10 +1,6 @@
 #include "worker/daemon/rank_supervisor.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,8 +15,7 @@
 #include "kernels/cuda/backend.h"
 #include "worker/daemon/rank.h"
 #include "worker/dist/nccl_loader.h"
-
-extern char** environ;
+#include "worker/ranks/env.h"
 
 namespace trainyard::daemon {
 namespace {
@@ -42,25 +37,15 @@ int64_t Rss(pid_t pid) {
   return resident * ::sysconf(_SC_PAGESIZE);
 }
 
-std::vector<char*> Pointers(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (std::string& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
+// The daemon's own TRAINYARD_ settings stay with it, except where to find the libraries.
+bool DaemonOnly(const std::string& name) {
+  return name.rfind("TRAINYARD_", 0) == 0 && name != kernels::cuda::kCudaLibraryEnv &&
+         name != dist::kNcclLibraryEnv;
 }
 
 }  // namespace
 
-RankSupervisor::~RankSupervisor() {
-  for (auto& [key, r] : ranks_) {
-    if (r.pid > 0 && !r.status.exited()) {
-      ::kill(-r.pid, SIGKILL);
-      if (r.wait_status < 0) ::waitpid(r.pid, nullptr, 0);
-    }
-    if (r.report_fd >= 0) ::close(r.report_fd);
-    if (r.err_fd >= 0) ::close(r.err_fd);
-  }
-}
+RankSupervisor::~RankSupervisor() = default;  // each RankProcess kills and reaps its rank
 
 Status RankSupervisor::Start(const trainyard::v1::Assignment& a) {
   const std::string dir =
@@ -79,81 +64,34 @@ Status RankSupervisor::Start(const trainyard::v1::Assignment& a) {
 
 Status RankSupervisor::Spawn(const trainyard::v1::Assignment& a,
                              const trainyard::v1::RankPlacement& p, const std::string& spec_path) {
-  int report[2], err[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) return ErrnoStatus("starting a rank (pipe)");
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(report[0]);
-    ::close(report[1]);
-    return ErrnoStatus("starting a rank (pipe)");
+  std::vector<std::string> extra = options_.env;
+  for (const auto& [name, value] : std::initializer_list<std::pair<const char*, std::string>>{
+           {ranks::kJobEnv, a.job_id()},
+           {ranks::kJobUidEnv, a.job_uid()},
+           {ranks::kAttemptEnv, std::to_string(a.attempt())},
+           {ranks::kSecretEnv, a.secret()},
+           {ranks::kRankEnv, std::to_string(p.rank())},
+           {ranks::kSlotEnv, std::to_string(p.slot())},
+           {ranks::kWorldSizeEnv, std::to_string(a.world_size())},
+           {ranks::kSpecEnv, spec_path},
+           {ranks::kReportFdEnv, std::to_string(ranks::kChildReportFd)}}) {
+    extra.push_back(std::string(name) + "=" + value);
   }
-  constexpr int kChildReportFd = 3;
-  std::vector<std::string> env;
-  // The daemon's own TRAINYARD_ settings stay with it, except where to find the libraries.
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string var(*e);
-    if (var.rfind("TRAINYARD_", 0) != 0 ||
-        var.rfind(std::string(kernels::cuda::kCudaLibraryEnv) + "=", 0) == 0 ||
-        var.rfind(std::string(dist::kNcclLibraryEnv) + "=", 0) == 0) {
-      env.push_back(var);
-    }
-  }
-  env.insert(env.end(), options_.env.begin(), options_.env.end());
-  env.push_back(std::string(kJobEnv) + "=" + a.job_id());
-  env.push_back(std::string(kJobUidEnv) + "=" + a.job_uid());
-  env.push_back(std::string(kAttemptEnv) + "=" + std::to_string(a.attempt()));
-  env.push_back(std::string(kSecretEnv) + "=" + a.secret());
-  env.push_back(std::string(kRankEnv) + "=" + std::to_string(p.rank()));
-  env.push_back(std::string(kSlotEnv) + "=" + std::to_string(p.slot()));
-  env.push_back(std::string(kWorldSizeEnv) + "=" + std::to_string(a.world_size()));
-  env.push_back(std::string(kSpecEnv) + "=" + spec_path);
-  env.push_back(std::string(kReportFdEnv) + "=" + std::to_string(kChildReportFd));
-  if (std::getenv("TY_NUM_THREADS") == nullptr && options_.threads_per_rank > 0) {
-    env.push_back("TY_NUM_THREADS=" + std::to_string(options_.threads_per_rank));
-  }
-  std::vector<std::string> argv = {options_.program, "rank"};
-  std::vector<char*> argv_p = Pointers(argv), env_p = Pointers(env);
-  const pid_t parent = ::getpid();
-  const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    Status failed = ErrnoStatus("starting a rank (fork)");
-    for (int fd : {report[0], report[1], err[0], err[1], devnull}) {
-      if (fd >= 0) ::close(fd);
-    }
-    return failed;
-  }
-  if (pid == 0) {  // only async-signal-safe calls from here
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    if (report[1] == kChildReportFd) {
-      ::fcntl(kChildReportFd, F_SETFD, 0);  // dup2 onto itself would keep O_CLOEXEC
-    } else {
-      ::dup2(report[1], kChildReportFd);  // dup2 clears O_CLOEXEC on the copy
-    }
-    ::dup2(err[1], STDERR_FILENO);
-    if (devnull >= 0) ::dup2(devnull, STDOUT_FILENO);
-    ::execve(argv_p[0], argv_p.data(), env_p.data());
-    const char msg[] = "trainyard-worker: cannot run the rank program\n";
-    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
-    (void)ignored;
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // as the child does: the group exists before Stop can signal it
-  if (devnull >= 0) ::close(devnull);
-  ::close(report[1]);
-  ::close(err[1]);
+  ranks::ProcessOptions po;
+  po.program = options_.program;
+  po.argv = {options_.program, "rank"};
+  po.env = ranks::RankEnvironment(DaemonOnly, extra, options_.threads_per_rank);
+  po.discard_stdout = po.capture_stderr = po.report_pipe = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<ranks::RankProcess> process, ranks::RankProcess::Start(po));
   Rank& r = ranks_[{a.job_id(), a.attempt(), p.rank()}];
   r.status.set_job_id(a.job_id());
   r.status.set_attempt(a.attempt());
   r.status.set_rank(p.rank());
   r.status.set_phase("starting");
-  r.pid = pid;
-  r.report_fd = report[0];
-  r.err_fd = err[0];
+  r.process = std::move(process);
   r.last_report = r.phase_since = r.collective_since = SteadyClock::now();
   TY_LOG(INFO) << "started rank " << p.rank() << " of " << a.job_id() << " attempt " << a.attempt()
-               << " (pid " << pid << ", slot " << p.slot() << ")";
+               << " (pid " << r.process->pid() << ", slot " << p.slot() << ")";
   return OkStatus();
 }
 
@@ -164,10 +102,10 @@ void RankSupervisor::Stop(const std::string& job_id, int attempt, bool checkpoin
     // Signals go to the rank's process group (its pid: it was made a group leader at fork),
     // which outlives the reaped rank while anything it started runs.
     if (checkpoint) {
-      ::kill(-r.pid, SIGTERM);
+      r.process->Signal(SIGTERM);
       r.kill_at = SteadyClock::now() + options_.grace;
     } else {
-      ::kill(-r.pid, SIGKILL);
+      r.process->Signal(SIGKILL);
       r.kill_at = SteadyClock::now();
       r.killed = true;
     }
@@ -182,7 +120,7 @@ void RankSupervisor::StopAll(bool checkpoint) {
   for (const auto& [job, attempt] : attempts) Stop(job, attempt, checkpoint);
 }
 
-void RankSupervisor::OnLine(Rank& r, const std::string& line) {
+void RankSupervisor::OnReport(Rank& r, const std::string& line) {
   StatusOr<Json> json = Json::Parse(line);
   if (!json.ok() || !json->is_object()) return;  // not ours: ignored
   r.last_report = SteadyClock::now();
@@ -210,60 +148,25 @@ void RankSupervisor::OnLine(Rank& r, const std::string& line) {
   r.collective_since = r.last_report - std::chrono::milliseconds(num("collective_age_ms"));
 }
 
-void RankSupervisor::ReadReports(Rank& r, bool eof) {
-  size_t start = 0;
-  for (size_t nl; (nl = r.report_partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    OnLine(r, r.report_partial.substr(start, nl - start));
-  }
-  r.report_partial.erase(0, start);
-  if (eof) r.report_partial.clear();
-}
-
-void RankSupervisor::ReadStderr(Rank& r, bool eof) {
-  size_t start = 0;
-  for (size_t nl; (nl = r.err_partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    const std::string line = r.err_partial.substr(start, nl - start);
-    TY_LOG(INFO) << "[" << r.status.job_id() << " rank " << r.status.rank() << "] " << line;
-    r.err_tail.push_back(line);
-    if (r.err_tail.size() > kTailLines) r.err_tail.pop_front();
-  }
-  r.err_partial.erase(0, start);
-  if (eof && !r.err_partial.empty()) {
-    r.err_tail.push_back(r.err_partial);
-    r.err_partial.clear();
-  }
+void RankSupervisor::OnStderr(Rank& r, const std::string& line) {
+  TY_LOG(INFO) << "[" << r.status.job_id() << " rank " << r.status.rank() << "] " << line;
+  r.err_tail.push_back(line);
+  if (r.err_tail.size() > kTailLines) r.err_tail.pop_front();
 }
 
 void RankSupervisor::Poll(std::chrono::milliseconds timeout) {
-  std::vector<pollfd> fds;
-  std::vector<std::pair<Rank*, bool>> owners;  // and whether it is the report pipe
+  std::vector<ranks::RankProcess*> processes;
+  std::map<const ranks::RankProcess*, Rank*> owner;
   for (auto& [key, r] : ranks_) {
-    if (r.report_fd >= 0) fds.push_back({r.report_fd, POLLIN, 0}), owners.push_back({&r, true});
-    if (r.err_fd >= 0) fds.push_back({r.err_fd, POLLIN, 0}), owners.push_back({&r, false});
+    processes.push_back(r.process.get());
+    owner[r.process.get()] = &r;
   }
-  if (fds.empty()) {
-    std::this_thread::sleep_for(timeout);
-  } else if (::poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) > 0) {
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      auto [r, is_report] = owners[i];
-      char buf[16384];
-      const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      std::string& partial = is_report ? r->report_partial : r->err_partial;
-      if (n > 0) partial.append(buf, static_cast<size_t>(n));
-      const bool eof = n <= 0;
-      if (is_report) {
-        ReadReports(*r, eof);
-      } else {
-        ReadStderr(*r, eof);
-      }
-      if (eof) {
-        ::close(fds[i].fd);
-        (is_report ? r->report_fd : r->err_fd) = -1;
-      }
-    }
-  }
+  ranks::RankProcess::PollLines(
+      processes, timeout,
+      [&](ranks::RankProcess& p, ranks::RankProcess::Stream s, const std::string& line) {
+        Rank& r = *owner[&p];
+        s == ranks::RankProcess::Stream::kReport ? OnReport(r, line) : OnStderr(r, line);
+      });
   Reap();
 }
 
@@ -276,53 +179,50 @@ void RankSupervisor::Reap() {
       continue;
     }
     if (r.kill_at != SteadyClock::time_point{} && now >= r.kill_at && !r.killed) {
-      ::kill(-r.pid, SIGKILL);  // its process group: whatever it started goes too
+      r.process->Signal(SIGKILL);  // its process group: whatever it started goes too
       r.killed = true;
     }
     // The exit counts once its pipes are drained (its last reports and words come first), or
     // 2 s after it exited when something it started still holds them open.
-    if (r.wait_status < 0) {
-      int status = 0;
-      const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
-      if (got == 0) {
+    if (!r.process->reaped()) {
+      if (!r.process->Reap()) {
         ++it;
         continue;
       }
-      r.wait_status = got < 0 ? W_EXITCODE(1, 0) : status;
       r.reaped_at = now;
     }
-    const bool pipes_open = r.report_fd >= 0 || r.err_fd >= 0;
-    if (pipes_open && now - r.reaped_at < 2s) {
+    if (r.process->output_open() && now - r.reaped_at < 2s) {
       ++it;
       continue;
     }
-    for (int* fd : {&r.report_fd, &r.err_fd}) {
-      if (*fd >= 0) ::close(*fd);
-      *fd = -1;
-    }
-    const int status = r.wait_status;
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.status.set_exited(true);
-    r.status.set_exit_code(code);
-    r.exited_at = now;
-    if (code != 0) {
-      std::string tail;
-      for (const std::string& line : r.err_tail) tail += (tail.empty() ? "" : " | ") + line;
-      // A SIGKILL this worker did not send is, as good as always, the kernel's OOM killer,
-      // which leaves the rank no word of its own.
-      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !r.killed) {
-        tail =
-            "killed by SIGKILL, not by this worker: most likely the kernel's out-of-memory "
-            "killer (see dmesg on this node); lower the job's memory (batch_size, the "
-            "model's size or context) or give the worker less to run at once" +
-            (tail.empty() ? "" : " | " + tail);
-      }
-      r.status.set_error(tail);
-    }
-    TY_LOG(INFO) << "rank " << r.status.rank() << " of " << r.status.job_id() << " attempt "
-                 << r.status.attempt() << " exited with " << code;
+    r.process->CloseOutput();
+    Exited(r, now);
     ++it;
   }
+}
+
+void RankSupervisor::Exited(Rank& r, SteadyClock::time_point now) {
+  const int status = r.process->wait_status();
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.status.set_exited(true);
+  r.status.set_exit_code(code);
+  r.exited_at = now;
+  if (code != 0) {
+    std::string tail;
+    for (const std::string& line : r.err_tail) tail += (tail.empty() ? "" : " | ") + line;
+    // A SIGKILL this worker did not send is, as good as always, the kernel's OOM killer,
+    // which leaves the rank no word of its own.
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !r.killed) {
+      tail =
+          "killed by SIGKILL, not by this worker: most likely the kernel's out-of-memory "
+          "killer (see dmesg on this node); lower the job's memory (batch_size, the "
+          "model's size or context) or give the worker less to run at once" +
+          (tail.empty() ? "" : " | " + tail);
+    }
+    r.status.set_error(tail);
+  }
+  TY_LOG(INFO) << "rank " << r.status.rank() << " of " << r.status.job_id() << " attempt "
+               << r.status.attempt() << " exited with " << code;
 }
 
 std::vector<trainyard::v1::RankStatus> RankSupervisor::Statuses() const {
@@ -333,7 +233,7 @@ std::vector<trainyard::v1::RankStatus> RankSupervisor::Statuses() const {
       s.set_report_age_ms(MsSince(r.last_report));
       s.set_phase_age_ms(MsSince(r.phase_since));
       s.set_collective_age_ms(MsSince(r.collective_since));
-      s.set_memory_bytes(Rss(r.pid));
+      s.set_memory_bytes(Rss(r.process->pid()));
     }
     out.push_back(std::move(s));
   }

@@ -1,7 +1,8 @@
 // RankSupervisor: the worker daemon's rank processes. It starts one `trainyard-worker rank`
-// per assigned slot (rank.h), reads each one's report pipe and the tail of its stderr, reaps
-// its exit, and stops ranks on request: SIGTERM (the rank checkpoints at a step all ranks
-// agree on and exits) and SIGKILL after the grace period, or SIGKILL at once.
+// per assigned slot (rank.h) as a RankProcess (worker/ranks/process.h, what `trainyard train
+// --nproc` starts too), reads each one's report pipe and the tail of its stderr, reaps its
+// exit, and stops ranks on request: SIGTERM (the rank checkpoints at a step all ranks agree
+// on and exits) and SIGKILL after the grace period, or SIGKILL at once.
 //
 // Every process is forked from the thread that calls Poll(), which must live as long as the
 // supervisor: ranks die with that thread (PR_SET_PDEATHSIG), so a daemon killed with SIGKILL
@@ -14,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "common/json.h"
 #include "common/status.h"
 #include "trainyard/v1/service.pb.h"
+#include "worker/ranks/process.h"
 
 namespace trainyard::daemon {
 
@@ -55,24 +58,21 @@ class RankSupervisor {
  private:
   struct Rank {
     trainyard::v1::RankStatus status;
-    pid_t pid = -1;
-    int report_fd = -1;  // read ends; -1 once closed
-    int err_fd = -1;
-    std::string report_partial, err_partial;
+    std::unique_ptr<ranks::RankProcess> process;
     std::deque<std::string> err_tail;  // the last lines of stderr
     std::chrono::steady_clock::time_point last_report, phase_since, collective_since, exited_at;
     std::chrono::steady_clock::time_point kill_at{};  // SIGKILL then, when stopping
     bool killed = false;
-    int wait_status = -1;  // from waitpid, once reaped
     std::chrono::steady_clock::time_point reaped_at{};
   };
   using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
 
   Status Spawn(const trainyard::v1::Assignment& a, const trainyard::v1::RankPlacement& p,
                const std::string& spec_path);
-  void ReadReports(Rank& r, bool eof);
-  void ReadStderr(Rank& r, bool eof);
-  void OnLine(Rank& r, const std::string& line);
+  void OnReport(Rank& r, const std::string& line);
+  void OnStderr(Rank& r, const std::string& line);
+  // Counts the exit of a reaped rank whose pipes are drained.
+  void Exited(Rank& r, std::chrono::steady_clock::time_point now);
   void Reap();
 
   SupervisorOptions options_;

@@ -1,0 +1,28 @@
+// A rank's process group, made from its job spec the same way under both launchers.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "proto/job_spec.h"
+#include "worker/dist/process_group.h"
+#include "worker/dist/store.h"
+
+namespace trainyard::ranks {
+
+// The spec's collective settings: parallelism.collective_timeout_seconds bounds every
+// collective and the start-up; parallelism.all_reduce_algorithm picks Gloo's algorithm; for
+// NCCL, "ring" pins NCCL_ALGO=Ring (the spec allows no other algorithm for nccl) unless the
+// environment chose one (Tree, NVLS, ...). InfiniBand settings (NCCL_IB_HCA,
+// NCCL_IB_DISABLE, ...) come from the environment, which ranks inherit. `hostname`: the
+// address Gloo listens on (empty: ProcessGroupOptions' default).
+dist::ProcessGroupOptions GroupOptionsFor(const spec::JobSpec& spec, const std::string& hostname);
+
+// Joins the group of spec's resolved backend (spec::ResolvedBackend) through `store`.
+StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const spec::JobSpec& spec,
+                                                        std::shared_ptr<dist::Store> store,
+                                                        int rank, int world_size,
+                                                        const std::string& hostname);
+
+}  // namespace trainyard::ranks
