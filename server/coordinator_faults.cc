@@ -1,6 +1,6 @@
 // Coordinator, how an attempt ends: rank exits (all 0 at the last step: success; non-zero, or
 // 0 before the last step: a failure), hangs (Note [Naming a hung rank], Note [A job that makes
-// no progress] in health.h), and the choice between a restart and failing the job: no restarts
+// no progress] in health.h), stragglers, and the choice between a restart and failing the job: no restarts
 // left, a rank that rejected the job, or the same failure at the same step in two attempts in
 // a row.
 #include <algorithm>
@@ -147,6 +147,36 @@ void Coordinator::CheckHang(Entry& e) {
   *event.mutable_diagnosis() = *d;
   (void)Emit(e, std::move(event));
   FailAttempt(e, {d->message(), /*exit_code=*/0, d->step(), /*restartable=*/true});
+}
+
+void Coordinator::CheckStragglers(Entry& e) {
+  if (e.job.state() != trainyard::v1::RUNNING) return;
+  for (const StragglerDetector::Change& c : e.stragglers->Update()) {
+    const RankRuntime& r = e.ranks[c.rank];
+    trainyard::v1::Diagnosis d;
+    d.set_kind(c.flagged ? trainyard::v1::Diagnosis::STRAGGLER
+                         : trainyard::v1::Diagnosis::STRAGGLER_CLEARED);
+    d.set_attempt(e.job.attempts_size());
+    d.set_rank(c.rank);
+    d.set_worker(r.placement.worker());
+    d.set_host(r.placement.host());
+    d.set_step(r.last_step.step());
+    d.set_seconds(c.mean_seconds);
+    d.set_time_ms(NowMs());
+    char ratio[32];
+    std::snprintf(ratio, sizeof(ratio), "%.1fx", c.mean_seconds / c.median_seconds);
+    d.set_message(RankName(r.placement) + (c.flagged ? " is a straggler: " : " caught up: ") +
+                  FormatSeconds(c.mean_seconds) + " of compute per step over the last " +
+                  std::to_string(e.spec.fault_tolerance.straggler_window_steps) + " steps, " +
+                  ratio + " the other ranks' median of " + FormatSeconds(c.median_seconds));
+    if (e.job.diagnoses_size() >= 100) e.job.mutable_diagnoses()->DeleteSubrange(0, 1);
+    *e.job.add_diagnoses() = d;
+    JobEvent event;
+    *event.mutable_diagnosis() = std::move(d);
+    (void)Emit(e, std::move(event));
+  }
+  e.job.clear_stragglers();
+  for (int rank : e.stragglers->Flagged()) e.job.add_stragglers(rank);
 }
 
 }  // namespace trainyard::server

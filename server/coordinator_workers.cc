@@ -1,13 +1,11 @@
-// Coordinator, the worker side: registration and reconciliation, heartbeats, metrics, and the
-// periodic checks of Tick() (coordinator.h). Rank exits and hangs: coordinator_faults.cc.
+// Coordinator, the worker side: registration and reconciliation, heartbeats and the commands
+// they carry, listing workers, liveness and free capacity (coordinator.h).
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <set>
 
 #include "common/logging.h"
 #include "server/coordinator.h"
-#include "server/scheduler.h"
 
 namespace trainyard::server {
 
@@ -15,8 +13,6 @@ using trainyard::v1::JobEvent;
 using trainyard::v1::WorkerCommand;
 
 namespace {
-
-double SecondsOf(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
 Status CheckWorkerName(const std::string& name) {
   const bool ok =
@@ -127,134 +123,31 @@ StatusOr<std::vector<WorkerCommand>> Coordinator::TakeCommands(const std::string
   return out;
 }
 
-void Coordinator::OnRankStatus(const std::string& worker, const trainyard::v1::RankStatus& s) {
-  Entry* e = Find(s.job_id());
-  auto stale = [&] {
-    if (s.exited()) return;
-    WorkerCommand c;
-    c.mutable_abort()->set_job_id(s.job_id());
-    c.mutable_abort()->set_attempt(s.attempt());
-    c.mutable_abort()->set_reason("the attempt is over");
-    Send(worker, std::move(c));
-  };
-  if (e == nullptr || s.attempt() != e->job.attempts_size()) return stale();
-  auto it = e->ranks.find(s.rank());
-  if (it == e->ranks.end() || it->second.placement.worker() != worker) return stale();
-  RankRuntime& r = it->second;
-  const bool was_exited = r.status.exited();
-  r.status = s;
-  r.reported = true;
-  r.received = clock_->Now();
-  if (!ActiveAttempt(*e)) {
-    // Asked again each heartbeat while it runs: the abort may have been lost with a stream or
-    // a re-registration, or the worker was away when the attempt ended.
-    stale();
-    return;
-  }
-  if (s.exited() && !was_exited) return OnRankExit(*e, r);
-  if (e->job.cancel_requested() && !s.exited()) {
-    // Asked again each heartbeat: a cancel may have been lost with a stream (the worker
-    // ignores a repeat).
-    WorkerCommand c;
-    c.mutable_cancel()->set_job_id(s.job_id());
-    c.mutable_cancel()->set_attempt(s.attempt());
-    c.mutable_cancel()->set_checkpoint(e->job.cancel_checkpoint());
-    c.mutable_cancel()->set_reason(CancelReason(e->job));
-    Send(worker, std::move(c));
-    return;
-  }
-  MaybeRunning(*e);
-}
-
-void Coordinator::MaybeRunning(Entry& e) {
-  if (e.job.state() == trainyard::v1::SCHEDULED &&
-      std::all_of(e.ranks.begin(), e.ranks.end(),
-                  [](const auto& kv) { return kv.second.reported; })) {
-    (void)Transition(e, trainyard::v1::RUNNING, "");
-  }
-}
-
-Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
+std::vector<trainyard::v1::WorkerInfo> Coordinator::ListWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
-  Entry* e = Find(report.job_id());
-  if (e == nullptr || report.attempt() != e->job.attempts_size()) {
-    return OkStatus();  // from an attempt that is over: dropped
-  }
-  // A report speaks for one rank (evaluations and checkpoints for rank 0), which must run on
-  // the worker that sent it: a worker cannot report for another's ranks.
-  const int rank = report.has_step() ? report.step().rank() : 0;
-  auto it = e->ranks.find(rank);
-  if (it == e->ranks.end()) return InvalidArgumentError("no rank " + std::to_string(rank));
-  if (it->second.placement.worker() != report.worker()) {
-    return PermissionDeniedError("rank " + std::to_string(rank) + " of job " + report.job_id() +
-                                 " runs on worker " + it->second.placement.worker() + ", not on " +
-                                 (report.worker().empty() ? "an unnamed worker" : report.worker()));
-  }
-  JobEvent event;
-  if (report.has_step()) {
-    if (!ActiveAttempt(*e)) return OkStatus();
-    trainyard::v1::StepMetrics m = report.step();
-    it->second.last_step = m;
-    // A rank that reports a step has started, whatever its worker's next heartbeat says.
-    if (!it->second.reported) {
-      it->second.reported = true;
-      it->second.received = clock_->Now();
-      MaybeRunning(*e);
+  std::map<std::string, int> used;
+  std::map<std::string, int64_t> memory;
+  for (const auto& [id, e] : jobs_) {
+    if (!ActiveAttempt(*e) && !e->stopping) continue;
+    const int64_t rank_memory = e->gang.gpu ? 0 : e->gang.rank_memory_bytes;
+    for (const auto& [rank, r] : e->ranks) {
+      if (r.status.exited()) continue;
+      ++used[r.placement.worker()];
+      memory[r.placement.worker()] += rank_memory;
     }
-    // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
-    e->stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() + m.backward_seconds() +
-                                         m.optimizer_seconds());
-    if (m.rank() != 0) return OkStatus();
-    const auto now = clock_->Now();
-    if (e->last_step_at != Clock::TimePoint{} && m.step() > e->job.last_step().step()) {
-      const double per_step = SecondsOf(now - e->last_step_at) /
-                              static_cast<double>(m.step() - e->job.last_step().step());
-      e->step_seconds = e->step_seconds == 0 ? per_step : 0.9 * e->step_seconds + 0.1 * per_step;
-    }
-    e->last_step_at = now;
-    m.set_eta_seconds(e->step_seconds * static_cast<double>(m.total_steps() - m.step()));
-    m.set_memory_bytes(it->second.status.memory_bytes());  // from its worker's last heartbeat
-    m.set_time_ms(NowMs());
-    *e->job.mutable_last_step() = m;
-    *event.mutable_step() = m;
-    (void)Emit(*e, std::move(event));
-    if (now - e->last_persist >= std::chrono::seconds(5)) (void)Commit(*e, nullptr);
-    return OkStatus();
   }
-  if (report.has_eval()) {
-    *e->job.mutable_last_eval() = report.eval();
-    *event.mutable_eval() = report.eval();
-  } else if (report.has_checkpoint()) {
-    e->job.set_checkpoint(report.checkpoint());
-    event.set_checkpoint(report.checkpoint());
-  } else {
-    return InvalidArgumentError("empty metrics report");
+  std::vector<trainyard::v1::WorkerInfo> out;
+  for (const auto& [name, w] : registry_.all()) {
+    trainyard::v1::WorkerInfo info = w.info;
+    info.set_last_heartbeat_ms(
+        NowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(clock_->Now() -
+                                                                        w.last_heartbeat)
+                      .count());
+    info.set_slots_in_use(used[name]);
+    info.set_memory_in_use_bytes(memory[name]);
+    out.push_back(std::move(info));
   }
-  return Emit(*e, std::move(event));
-}
-
-// ---- Tick ----
-
-void Coordinator::CheckStopped(Entry& e) {
-  if (!e.stopping) return;
-  // A rank on a lost worker is gone; one on a worker not heard from since this coordinator
-  // started may still run until that worker had the heartbeat timeout to come back.
-  const bool settled = clock_->Now() - started_ >= options_.heartbeat_timeout;
-  const bool done = std::all_of(e.ranks.begin(), e.ranks.end(), [&](const auto& kv) {
-    const std::string& w = kv.second.placement.worker();
-    return kv.second.status.exited() ||
-           (!registry_.IsAlive(w) && (registry_.Find(w) != nullptr || settled));
-  });
-  if (!done && clock_->Now() < e.stop_deadline) return;
-  e.stopping = false;
-  if (!done) {
-    TY_LOG(WARNING) << "job " << e.job.id() << ": ranks did not report their exit within "
-                    << FormatSeconds(SecondsOf(options_.stop_timeout)) << "; freeing their slots";
-  }
-  if (e.job.cancel_requested() && !IsFinal(e.job.state())) {
-    EndAttempt(e, CancelReason(e.job));
-    (void)Transition(e, trainyard::v1::CANCELLED, CancelReason(e.job), e.job.cancelled_by());
-  }
+  return out;
 }
 
 void Coordinator::CheckLiveness(Entry& e) {
@@ -288,36 +181,6 @@ void Coordinator::CheckLiveness(Entry& e) {
   }
 }
 
-void Coordinator::CheckStragglers(Entry& e) {
-  if (e.job.state() != trainyard::v1::RUNNING) return;
-  for (const StragglerDetector::Change& c : e.stragglers->Update()) {
-    const RankRuntime& r = e.ranks[c.rank];
-    trainyard::v1::Diagnosis d;
-    d.set_kind(c.flagged ? trainyard::v1::Diagnosis::STRAGGLER
-                         : trainyard::v1::Diagnosis::STRAGGLER_CLEARED);
-    d.set_attempt(e.job.attempts_size());
-    d.set_rank(c.rank);
-    d.set_worker(r.placement.worker());
-    d.set_host(r.placement.host());
-    d.set_step(r.last_step.step());
-    d.set_seconds(c.mean_seconds);
-    d.set_time_ms(NowMs());
-    char ratio[32];
-    std::snprintf(ratio, sizeof(ratio), "%.1fx", c.mean_seconds / c.median_seconds);
-    d.set_message(RankName(r.placement) + (c.flagged ? " is a straggler: " : " caught up: ") +
-                  FormatSeconds(c.mean_seconds) + " of compute per step over the last " +
-                  std::to_string(e.spec.fault_tolerance.straggler_window_steps) + " steps, " +
-                  ratio + " the other ranks' median of " + FormatSeconds(c.median_seconds));
-    if (e.job.diagnoses_size() >= 100) e.job.mutable_diagnoses()->DeleteSubrange(0, 1);
-    *e.job.add_diagnoses() = d;
-    JobEvent event;
-    *event.mutable_diagnosis() = std::move(d);
-    (void)Emit(e, std::move(event));
-  }
-  e.job.clear_stragglers();
-  for (int rank : e.stragglers->Flagged()) e.job.add_stragglers(rank);
-}
-
 std::vector<WorkerCapacity> Coordinator::FreeCapacity(bool gpu) const {
   std::map<std::string, std::set<int>> used;
   std::map<std::string, int64_t> memory;  // estimates of the CPU ranks placed there
@@ -342,78 +205,6 @@ std::vector<WorkerCapacity> Coordinator::FreeCapacity(bool gpu) const {
     out.push_back(std::move(c));
   }
   return out;
-}
-
-void Coordinator::Schedule() {
-  std::vector<Entry*> queue;
-  for (const std::string& id : order_) {
-    Entry* e = jobs_[id].get();
-    const auto s = e->job.state();
-    if (s == trainyard::v1::PENDING || (s == trainyard::v1::RESTARTING && !e->stopping)) {
-      queue.push_back(e);
-    }
-  }
-  std::stable_sort(queue.begin(), queue.end(), [](const Entry* a, const Entry* b) {
-    return a->job.priority() > b->job.priority();
-  });
-  for (const bool gpu : {false, true}) {
-    std::vector<GangRequest> requests;
-    for (const Entry* e : queue) {
-      if ((e->spec.device == "cuda") != gpu) continue;
-      requests.push_back(e->gang);
-    }
-    if (requests.empty()) continue;
-    std::vector<WorkerCapacity> free = FreeCapacity(gpu);
-    for (Placement& p : server::Schedule(requests, &free))
-      StartAttempt(*jobs_[p.job_id], std::move(p.ranks));
-  }
-}
-
-void Coordinator::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const std::string& name : registry_.Expire()) {
-    TY_LOG(WARNING) << "worker " << name << " lost: no heartbeat for "
-                    << FormatSeconds(SecondsOf(options_.heartbeat_timeout));
-    commands_cv_.notify_all();
-  }
-  for (const std::string& id : order_) {
-    Entry& e = *jobs_[id];
-    if (IsFinal(e.job.state()) && !e.stopping) continue;
-    CheckLiveness(e);
-    CheckHang(e);
-    CheckStragglers(e);
-    CheckStopped(e);
-  }
-  Schedule();
-}
-
-Coordinator::Snapshot Coordinator::GetSnapshot() {
-  std::lock_guard<std::mutex> lock(mu_);
-  Snapshot s;
-  const int64_t hour_ago = NowMs() - 3600 * 1000;
-  for (const std::string& id : order_) {
-    const Entry& e = *jobs_[id];
-    const auto state = e.job.state();
-    ++s.jobs_by_state[state];
-    if (state == trainyard::v1::PENDING || state == trainyard::v1::RESTARTING) ++s.queue_length;
-    if (IsFinal(state) && e.job.updated_ms() < hour_ago) continue;
-    JobGauges g;
-    g.id = id;
-    g.state = state;
-    g.last_step = e.job.last_step();
-    g.restarts = e.job.restarts();
-    const int attempt = e.job.attempts_size();
-    for (const auto& d : e.job.diagnoses()) {
-      if (d.kind() == trainyard::v1::Diagnosis::HANG && d.attempt() == attempt) g.hung = true;
-    }
-    // Flags describe the ranks running now; those of an attempt that ended (a job restarting
-    // or over) would keep the straggler alert firing.
-    g.stragglers = state == trainyard::v1::RUNNING ? e.job.stragglers_size() : 0;
-    s.jobs.push_back(std::move(g));
-  }
-  s.workers_known = static_cast<int>(registry_.all().size());
-  s.workers_alive = static_cast<int>(registry_.Alive().size());
-  return s;
 }
 
 }  // namespace trainyard::server

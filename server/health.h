@@ -31,6 +31,7 @@
 // culprit. A rank not heard from yet (after a coordinator restart) gives no verdict.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <optional>
@@ -49,6 +50,9 @@ struct RankView {
 
 // "5.2 s": how the coordinator's verdicts and reasons write a duration.
 std::string FormatSeconds(double seconds);
+inline double SecondsOf(std::chrono::nanoseconds d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 // "rank 1 on w1 (10.0.0.7)": how reasons and diagnoses name a rank.
 std::string RankName(const trainyard::v1::RankPlacement& p);

@@ -174,78 +174,113 @@ void WriteReadyFile(const std::string& path, const std::vector<std::string>& add
   }
 }
 
+// The coordinator process: Start opens everything the flags name (each error says which
+// flag or file), Serve ticks until SIGINT or SIGTERM, Stop fails the health checks first and
+// then stops the servers. Members are declared in the order they must be built: the services
+// outlive the servers that call them.
+class CoordinatorServer {
+ public:
+  explicit CoordinatorServer(const Flags& f) : f_(f) {}
+
+  Status Start() {
+    ASSIGN_OR_RETURN(auth_, server::Authenticator::Create(f_.Get("tokens-file"),
+                                                          !f_.Get("tls-client-ca").empty()));
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, ServerCredentials(f_));
+    ASSIGN_OR_RETURN(coordinator_, OpenCoordinator(f_));
+    RETURN_IF_ERROR(StartMetrics());
+    client_service_ =
+        std::make_unique<server::CoordinatorService>(coordinator_.get(), auth_.get(), &stopping_);
+    worker_service_ = std::make_unique<server::WorkerService>(
+        coordinator_.get(), auth_.get(), &stopping_,
+        [this](double s) { metrics_->ObserveHeartbeatLatency(s); });
+    int port = 0;
+    server_ =
+        StartApiServer(f_.Get("listen"), creds, {client_service_.get(), worker_service_.get()},
+                       &reflection_v1_, &port);
+    if (!server_) return UnavailableError("cannot listen on " + f_.Get("listen"));
+    address_ = Bound(f_.Get("listen"), port);
+    if (const std::string& hlisten = f_.Get("health-listen"); !hlisten.empty()) {
+      int hport = 0;
+      ASSIGN_OR_RETURN(health_server_, StartHealthServer(hlisten, &hport));
+      health_address_ = Bound(hlisten, hport);
+    }
+    Announce();
+    return OkStatus();
+  }
+
+  // Ticks the coordinator and refreshes the metrics ten times a second until `stop`.
+  void Serve(const std::atomic<bool>& stop) {
+    while (!stop.load()) {
+      ReloadTokensIfAsked(*auth_);
+      coordinator_->Tick();
+      metrics_->Update(coordinator_->GetSnapshot());
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+
+  void Stop() {
+    TY_LOG(INFO) << "coordinator stopping";
+    for (const char* name : kServiceNames) {
+      server_->GetHealthCheckService()->SetServingStatus(name, false);
+    }
+    stopping_ = true;
+    if (health_server_) health_server_->Shutdown(std::chrono::system_clock::now() + 1s);
+    server_->Shutdown(std::chrono::system_clock::now() + 2s);
+  }
+
+ private:
+  Status StartMetrics() {
+    try {
+      exposer_ = std::make_unique<prometheus::Exposer>(f_.Get("metrics-listen"));
+    } catch (const std::exception& e) {
+      return InvalidArgumentError("--metrics-listen " + f_.Get("metrics-listen") + ": " + e.what());
+    }
+    registry_ = std::make_shared<prometheus::Registry>();
+    exposer_->RegisterCollectable(registry_);
+    metrics_ = std::make_unique<server::CoordinatorMetrics>(*registry_);
+    const auto ports = exposer_->GetListeningPorts();
+    metrics_address_ = Bound(f_.Get("metrics-listen"), ports.empty() ? 0 : ports[0]);
+    return OkStatus();
+  }
+
+  // The log line saying where everything is, and the ready file.
+  void Announce() const {
+    TY_LOG(INFO) << "coordinator listening on " << address_ << " ("
+                 << (f_.Get("tls-cert").empty() ? "plaintext"
+                     : auth_->mtls()            ? "mutual TLS"
+                                                : "TLS")
+                 << (auth_->tokens() ? ", tokens" : "") << "), metrics on http://"
+                 << metrics_address_ << "/metrics, jobs in " << f_.Get("state-dir") << "/jobs.db"
+                 << (health_address_.empty() ? "" : ", health (plaintext) on " + health_address_);
+    if (!f_.Get("ready-file").empty()) {
+      WriteReadyFile(f_.Get("ready-file"), {address_, metrics_address_, health_address_});
+    }
+  }
+
+  const Flags& f_;
+  std::unique_ptr<server::Authenticator> auth_;
+  std::unique_ptr<server::Coordinator> coordinator_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<server::CoordinatorMetrics> metrics_;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<server::CoordinatorService> client_service_;
+  std::unique_ptr<server::WorkerService> worker_service_;
+  // grpc.reflection.v1, which gRPC 1.51's plugin lacks and grpcurl and Postman try first.
+  server::ReflectionV1 reflection_v1_{
+      {"trainyard.v1.Coordinator", "trainyard.v1.Worker", "grpc.health.v1.Health",
+       "grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection"}};
+  std::unique_ptr<grpc::Server> server_, health_server_;
+  std::string address_, metrics_address_, health_address_;
+};
+
 int Run(const Flags& f) {
   InstallReloadSignal();
-  StatusOr<std::unique_ptr<server::Authenticator>> auth =
-      server::Authenticator::Create(f.Get("tokens-file"), !f.Get("tls-client-ca").empty());
-  if (!auth.ok()) return Fail(std::string(auth.status().message()));
-  StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(f);
-  if (!creds.ok()) return Fail(std::string(creds.status().message()));
-  StatusOr<std::unique_ptr<server::Coordinator>> coordinator = OpenCoordinator(f);
-  if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
-
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(f.Get("metrics-listen"));
-  } catch (const std::exception& e) {
-    return Fail("--metrics-listen " + f.Get("metrics-listen") + ": " + e.what());
-  }
-  auto registry = std::make_shared<prometheus::Registry>();
-  exposer->RegisterCollectable(registry);
-  server::CoordinatorMetrics metrics(*registry);
-
-  std::atomic<bool> stopping{false};
-  server::CoordinatorService client_service(coordinator->get(), auth->get(), &stopping);
-  server::WorkerService worker_service(coordinator->get(), auth->get(), &stopping,
-                                       [&](double s) { metrics.ObserveHeartbeatLatency(s); });
-  // grpc.reflection.v1, which gRPC 1.51's plugin lacks and grpcurl and Postman try first.
-  server::ReflectionV1 reflection_v1(
-      {"trainyard.v1.Coordinator", "trainyard.v1.Worker", "grpc.health.v1.Health",
-       "grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection"});
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = StartApiServer(
-      f.Get("listen"), *creds, {&client_service, &worker_service}, &reflection_v1, &port);
-  if (!server) return Fail("cannot listen on " + f.Get("listen"));
-
-  std::unique_ptr<grpc::Server> health_server;
-  std::string health_address;
-  if (const std::string& hlisten = f.Get("health-listen"); !hlisten.empty()) {
-    int hport = 0;
-    StatusOr<std::unique_ptr<grpc::Server>> started = StartHealthServer(hlisten, &hport);
-    if (!started.ok()) return Fail(std::string(started.status().message()));
-    health_server = *std::move(started);
-    health_address = Bound(hlisten, hport);
-  }
-
-  const std::string address = Bound(f.Get("listen"), port);
-  const auto metrics_ports = exposer->GetListeningPorts();
-  const std::string metrics_address =
-      Bound(f.Get("metrics-listen"), metrics_ports.empty() ? 0 : metrics_ports[0]);
-  TY_LOG(INFO) << "coordinator listening on " << address << " ("
-               << (f.Get("tls-cert").empty() ? "plaintext"
-                   : (*auth)->mtls()         ? "mutual TLS"
-                                             : "TLS")
-               << ((*auth)->tokens() ? ", tokens" : "") << "), metrics on http://"
-               << metrics_address << "/metrics, jobs in " << f.Get("state-dir") << "/jobs.db"
-               << (health_address.empty() ? "" : ", health (plaintext) on " + health_address);
-  if (!f.Get("ready-file").empty()) {
-    WriteReadyFile(f.Get("ready-file"), {address, metrics_address, health_address});
-  }
-
+  CoordinatorServer server(f);
+  if (Status s = server.Start(); !s.ok()) return Fail(std::string(s.message()));
   ScopedStopSignals signals(OnSignal);
-  while (!g_stop.load()) {
-    ReloadTokensIfAsked(**auth);
-    (*coordinator)->Tick();
-    metrics.Update((*coordinator)->GetSnapshot());
-    std::this_thread::sleep_for(100ms);
-  }
-  TY_LOG(INFO) << "coordinator stopping";
-  for (const char* name : kServiceNames) {
-    server->GetHealthCheckService()->SetServingStatus(name, false);
-  }
-  stopping = true;
-  if (health_server) health_server->Shutdown(std::chrono::system_clock::now() + 1s);
-  server->Shutdown(std::chrono::system_clock::now() + 2s);
+  server.Serve(g_stop);
+  server.Stop();
   return 0;
 }
 
@@ -270,8 +305,8 @@ int main(int argc, char** argv) {
       .Value("health-listen", "",
              "plaintext address serving only grpc.health.v1, for probes (off when empty)")
       .Value("ready-file", "", "write the gRPC, metrics (and health) addresses here once serving");
-  if (std::optional<int> code =
-          f.ParseOrExit(std::vector<std::string>(argv + 1, argv + argc), "trainyard-coordinator", 0)) {
+  if (std::optional<int> code = f.ParseOrExit(std::vector<std::string>(argv + 1, argv + argc),
+                                              "trainyard-coordinator", 0)) {
     return *code;
   }
   return Run(f);
