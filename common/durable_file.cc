@@ -57,20 +57,32 @@ Status SyncDirectory(const std::string& dir) {
   return closer.Close(dir);
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  Status s = WriteFileSynced(tmp, bytes);
+Status ReplaceFile(const std::string& path, const std::string& tmp,
+                   const std::function<Status(const std::string& tmp)>& write) {
+  Status s = write(tmp);
+  if (s.ok()) {
+    const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0) s = ErrnoStatus("syncing \"" + tmp + "\"");
+    if (fd >= 0) ::close(fd);
+  }
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     s = ErrnoStatus("renaming \"" + tmp + "\" to \"" + path + "\"");
   }
   if (!s.ok()) {
     ::unlink(tmp.c_str());
-    return s.code() == StatusCode::kNotFound
-               ? NotFoundError("writing \"" + path + "\": " + std::string(s.message()))
-               : s;
+    return s;
   }
   const size_t slash = path.rfind('/');
   return SyncDirectory(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  Status s = ReplaceFile(path, path + ".tmp-" + std::to_string(::getpid()),
+                         [&](const std::string& tmp) { return WriteFileSynced(tmp, bytes); });
+  if (s.code() == StatusCode::kNotFound) {
+    return NotFoundError("writing \"" + path + "\": " + std::string(s.message()));
+  }
+  return s;
 }
 
 StatusOr<std::string> ReadFileToString(const std::string& path) {

@@ -3,6 +3,7 @@
 // cannot leave a renamed directory whose files are empty.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -16,9 +17,16 @@ Status WriteFileSynced(const std::string& path, const std::string& bytes);
 // cannot sync a directory (EINVAL) are let be.
 Status SyncDirectory(const std::string& dir);
 
-// Replaces `path` with `bytes` whole: written and fsynced as `path`.tmp-<pid> beside it, renamed
-// over it, and the directory fsynced; a reader sees the old contents or the new, never a part.
-// On an error the temporary is removed and `path` is as it was. Errors name the path.
+// The one write-to-a-temporary-then-rename: replaces `path` with the file `write` makes at
+// `tmp` (a path in the same directory): `tmp` is fsynced, renamed over `path` and the directory
+// fsynced, so a reader sees the old file or the new, never a part, even after a crash. When
+// `write` or a step fails, `tmp` is removed and `path` is as it was; the error is write's, or
+// names the step and the path.
+Status ReplaceFile(const std::string& path, const std::string& tmp,
+                   const std::function<Status(const std::string& tmp)>& write);
+
+// Replaces `path` with `bytes` whole (ReplaceFile through `path`.tmp-<pid>). Errors name the
+// path.
 Status WriteFileAtomically(const std::string& path, const std::string& bytes);
 
 // The whole contents of `path`. Errors name the path.

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/durable_file.h"
+
 namespace trainyard::server {
 namespace {
 
@@ -450,21 +452,12 @@ class MemoryJobStore final : public JobStore {
   std::map<std::string, std::vector<v1::JobEvent>> events_;
 };
 
-// fsync of a file or a directory (so that a rename in it survives power loss).
-Status Sync(const std::string& what, const std::string& store, int flags) {
-  Fd file(::open(what.c_str(), O_RDONLY | O_CLOEXEC | flags));
-  if (file.fd < 0 || ::fsync(file.fd) != 0) {
-    return UnavailableError("cannot create the job store " + store + ": fsync " + what + ": " +
-                            Errno());
-  }
-  return OkStatus();
-}
-
 // Note [Creating the store]
 // "The file exists" must mean "the store is whole", or a crash during the first start would
 // leave a file that the next start cannot tell from a truncated store. So the store is made
 // under <path>.init in the same directory (schema, version, WAL mode), closed, fsynced, renamed
-// to <path>, and the directory fsynced. A <path>.init left by a crash is replaced. A WAL with
+// to <path>, and the directory fsynced (ReplaceFile, common/durable_file.h). A <path>.init left
+// by a crash is replaced. A WAL with
 // content but no <path> is a store partly removed, refused: SQLite would replay it into the new
 // file. Callers open a path one at a time (the coordinator holds <state-dir>/coordinator.lock).
 Status CreateStore(const std::string& path) {
@@ -477,27 +470,23 @@ Status CreateStore(const std::string& path) {
   }
   ::unlink(wal.c_str());
   ::unlink((path + "-shm").c_str());
-  const std::string tmp = path + ".init";
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
   const std::string init = "PRAGMA synchronous=FULL; BEGIN;" + std::string(kCreateSchema) +
                            "PRAGMA user_version=" + std::to_string(kSchemaVersion) +
                            "; COMMIT; PRAGMA journal_mode=WAL;";
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-  if (rc == SQLITE_OK) rc = sqlite3_exec(db, init.c_str(), nullptr, nullptr, nullptr);
-  const std::string error = rc == SQLITE_OK ? "" : db ? sqlite3_errmsg(db) : "out of memory";
-  if (sqlite3_close(db) != SQLITE_OK || !error.empty()) {
-    ::unlink(tmp.c_str());
-    return UnavailableError("cannot create the job store " + path + ": " +
-                            (error.empty() ? "close failed" : error));
-  }
-  RETURN_IF_ERROR(Sync(tmp, path, 0));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return UnavailableError("cannot create the job store " + path + ": rename: " + Errno());
-  }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash ? slash : 1);
-  return Sync(dir, path, O_DIRECTORY);
+  Status s = ReplaceFile(path, path + ".init", [&](const std::string& tmp) {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
+    sqlite3* db = nullptr;
+    int rc =
+        sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_exec(db, init.c_str(), nullptr, nullptr, nullptr);
+    const std::string error = rc == SQLITE_OK ? "" : db ? sqlite3_errmsg(db) : "out of memory";
+    if (sqlite3_close(db) != SQLITE_OK || !error.empty()) {
+      return UnavailableError(error.empty() ? "close failed" : error);
+    }
+    return OkStatus();
+  });
+  if (s.ok()) return s;
+  return UnavailableError("cannot create the job store " + path + ": " + std::string(s.message()));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <unordered_set>
 
+#include "common/durable_file.h"
 #include "common/json.h"
 
 namespace trainyard {
@@ -145,7 +146,7 @@ Status WriteBytes(FILE* f, const void* data, size_t n, const std::string& tmp) {
   return OkStatus();
 }
 
-// Header length, header and data, then flushed and fsync'ed (the caller closes `f`).
+// Header length, header and data, then flushed (the caller closes `f`; ReplaceFile fsyncs).
 Status WriteContents(FILE* f, const std::string& tmp, const std::string& header,
                      const std::vector<std::pair<std::string, Tensor>>& tensors) {
   unsigned char length[8];
@@ -158,21 +159,7 @@ Status WriteContents(FILE* f, const std::string& tmp, const std::string& header,
     RETURN_IF_ERROR(WriteBytes(f, data.raw_data(), ByteSize(data), tmp));
   }
   if (std::fflush(f) != 0) return ErrnoStatus("writing " + Quoted(tmp));
-  if (::fsync(::fileno(f)) != 0) return ErrnoStatus("syncing " + Quoted(tmp));
   return OkStatus();
-}
-
-// Makes the rename durable. File systems that cannot sync a directory (EINVAL) are let be.
-Status SyncDirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("opening directory " + Quoted(dir) + " to sync it");
-  Status s;
-  if (::fsync(fd) != 0 && errno != EINVAL) s = ErrnoStatus("syncing directory " + Quoted(dir));
-  ::close(fd);
-  return s;
 }
 
 Status SaveImpl(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
@@ -180,19 +167,15 @@ Status SaveImpl(const std::string& path, const std::vector<std::pair<std::string
   RETURN_IF_ERROR(CheckTensors(tensors));
   RETURN_IF_ERROR(CheckNoSharedMemory(tensors));
   const std::string header = BuildHeader(tensors, metadata);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return ErrnoStatus("creating " + Quoted(tmp));
-  Status s = WriteContents(f, tmp, header, tensors);
-  if (std::fclose(f) != 0 && s.ok()) s = ErrnoStatus("closing " + Quoted(tmp));
-  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = ErrnoStatus("renaming " + Quoted(tmp) + " to the destination");
-  }
-  if (!s.ok()) {
-    std::remove(tmp.c_str());
-    return s;
-  }
-  return SyncDirectoryOf(path);
+  // Streamed to the temporary: the tensors are never copied into one buffer.
+  return ReplaceFile(path, path + ".tmp." + std::to_string(::getpid()),
+                     [&](const std::string& tmp) {
+                       FILE* f = std::fopen(tmp.c_str(), "wb");
+                       if (f == nullptr) return ErrnoStatus("creating " + Quoted(tmp));
+                       Status s = WriteContents(f, tmp, header, tensors);
+                       if (std::fclose(f) != 0 && s.ok()) s = ErrnoStatus("closing " + Quoted(tmp));
+                       return s;
+                     });
 }
 
 // ---- Load ----
