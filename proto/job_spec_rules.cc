@@ -9,6 +9,18 @@
 namespace trainyard::spec::internal {
 namespace {
 
+// A rule's `add(field, value, what)` and `add_field(field, what)`: each appends a problem.
+auto ValueAdder(Problems* problems) {
+  return [problems](const std::string& field, const std::string& value, const std::string& what) {
+    problems->push_back(ValueProblem(field, value, what));
+  };
+}
+auto FieldAdder(Problems* problems) {
+  return [problems](const std::string& field, const std::string& what) {
+    problems->push_back(FieldProblem(field, what));
+  };
+}
+
 // Whether none of `paths` has a problem yet, so a rule relating them is worth checking.
 bool AllFine(const Problems& problems, std::initializer_list<const char*> paths) {
   for (const char* path : paths) {
@@ -51,9 +63,7 @@ bool ValidName(const std::string& name) {
 // The rules of parallelism (job.proto, ParallelismSpec).
 void CheckParallelism(const JobSpec& s, Problems* problems) {
   const ParallelismSpec& p = s.parallelism;
-  auto add = [&](const std::string& field, const std::string& value, const std::string& what) {
-    problems->push_back(ValueProblem(field, value, what));
-  };
+  auto add = ValueAdder(problems);
   if (p.first_bucket_size_mb > p.bucket_size_mb &&
       AllFine(*problems, {"parallelism.first_bucket_size_mb", "parallelism.bucket_size_mb"})) {
     add("parallelism.first_bucket_size_mb", Num(p.first_bucket_size_mb),
@@ -86,26 +96,11 @@ void CheckParallelism(const JobSpec& s, Problems* problems) {
   }
   CheckBackend(s, problems);
 }
-}  // namespace
 
-void CheckRelations(JobSpec& s, Problems* problems) {
-  auto add = [&](const std::string& field, const std::string& value, const std::string& what) {
-    problems->push_back(ValueProblem(field, value, what));
-  };
-  auto add_field = [&](const std::string& field, const std::string& what) {
-    problems->push_back(FieldProblem(field, what));
-  };
-  if (!ValidName(s.name)) {
-    add("name", Quote(s.name),
-        "must be 1 to 63 characters of a-z, 0-9 and '-', starting with a letter");
-  }
-  if (s.steps > 0 && s.epochs > 0) {
-    problems->push_back({"steps", "set only one of steps and epochs",
-                         "steps = " + std::to_string(s.steps) +
-                             " and epochs = " + std::to_string(s.epochs) + ": set only one"});
-  }
-  if (s.steps == 0 && s.epochs == 0) s.epochs = 1;
-
+// The model's own shapes.
+void CheckModel(const JobSpec& s, Problems* problems) {
+  auto add = ValueAdder(problems);
+  auto add_field = FieldAdder(problems);
   const ModelSpec& m = s.model;
   if (m.arch == "mlp" && m.mlp.sizes.size() < 2 && !HasProblem(*problems, "model.mlp.sizes")) {
     add("model.mlp.sizes", Json::Array(Json::Items(m.mlp.sizes.begin(), m.mlp.sizes.end())).Dump(),
@@ -120,8 +115,13 @@ void CheckRelations(JobSpec& s, Problems* problems) {
     add("model.gpt.n_head", std::to_string(m.gpt.n_head),
         "must divide model.gpt.n_embd = " + std::to_string(m.gpt.n_embd));
   }
+}
 
-  // Which models each data source feeds.
+// Which models each data source feeds, and what each source requires.
+void CheckModelFitsData(const JobSpec& s, Problems* problems) {
+  auto add = ValueAdder(problems);
+  auto add_field = FieldAdder(problems);
+  const ModelSpec& m = s.model;
   const std::string& src = s.data.source;
   if (!m.arch.empty() && !src.empty()) {
     bool text = src == "text" || src == "tokens";
@@ -166,7 +166,12 @@ void CheckRelations(JobSpec& s, Problems* problems) {
   if (src == "fashion_mnist" && s.data.fashion_mnist.dir.empty()) {
     add("data.fashion_mnist.dir", "\"\"", "must name a folder");
   }
+}
 
+// The optimizer, the schedule and checkpointing.
+void CheckTraining(const JobSpec& s, Problems* problems) {
+  auto add = ValueAdder(problems);
+  auto add_field = FieldAdder(problems);
   const SgdSpec& sgd = s.optimizer.sgd;
   if (s.optimizer.kind == "sgd" && sgd.nesterov && (sgd.momentum <= 0 || sgd.dampening != 0)) {
     add("optimizer.sgd.nesterov", "true",
@@ -200,6 +205,25 @@ void CheckRelations(JobSpec& s, Problems* problems) {
         "set either resume_from (continue that run's state) or init_from (its weights only, from "
         "step 0), not both");
   }
+}
+
+}  // namespace
+
+void CheckRelations(JobSpec& s, Problems* problems) {
+  auto add = ValueAdder(problems);
+  if (!ValidName(s.name)) {
+    add("name", Quote(s.name),
+        "must be 1 to 63 characters of a-z, 0-9 and '-', starting with a letter");
+  }
+  if (s.steps > 0 && s.epochs > 0) {
+    problems->push_back({"steps", "set only one of steps and epochs",
+                         "steps = " + std::to_string(s.steps) +
+                             " and epochs = " + std::to_string(s.epochs) + ": set only one"});
+  }
+  if (s.steps == 0 && s.epochs == 0) s.epochs = 1;
+  CheckModel(s, problems);
+  CheckModelFitsData(s, problems);
+  CheckTraining(s, problems);
   CheckParallelism(s, problems);
 }
 

@@ -46,8 +46,9 @@ Tensor TransformerBlock(In& in) {
   return Add(x, Linear(m, in["fc2_w"], in["fc2_b"]));
 }
 
-const std::map<std::string, OpFn>& Ops() {
-  static const auto* ops = new std::map<std::string, OpFn>{
+// The ops by case name (tests/golden/ops/<name>.safetensors), in three tables.
+std::map<std::string, OpFn> ElementwiseOps() {
+  return {
       {"add", [](In& in) { return Add(in["a"], in["b"], 0.7); }},
       {"sub", [](In& in) { return Sub(in["a"], in["b"], 1.3); }},
       {"mul", [](In& in) { return Mul(in["a"], in["b"]); }},
@@ -72,6 +73,11 @@ const std::map<std::string, OpFn>& Ops() {
       {"rsqrt", [](In& in) { return Unary(in, Rsqrt); }},
       {"pow_frac", [](In& in) { return Pow(in["x"], 2.5); }},
       {"where", [](In& in) { return Where(To(in["c"], DType::kBool), in["a"], in["b"]); }},
+  };
+}
+
+std::map<std::string, OpFn> ReductionOps() {
+  return {
       {"sum_dim",
        [](In& in) {
          return Sum(in["x"], {0, 2}, true);
@@ -83,6 +89,11 @@ const std::map<std::string, OpFn>& Ops() {
       {"min_dim", [](In& in) { return Min(in["x"], 2, true).first; }},
       {"max_all", [](In& in) { return Max(in["x"]); }},
       {"argmax", [](In& in) { return Argmax(in["x"], 1); }},
+  };
+}
+
+std::map<std::string, OpFn> NnOps() {
+  return {
       {"matmul_2d", [](In& in) { return Matmul(in["input"], in["other"]); }},
       {"matmul_batched", [](In& in) { return Matmul(in["input"], in["other"]); }},
       {"matmul_vec", [](In& in) { return Matmul(in["input"], in["other"]); }},
@@ -143,6 +154,14 @@ const std::map<std::string, OpFn>& Ops() {
        }},
       {"transformer_block", TransformerBlock},
   };
+}
+
+const std::map<std::string, OpFn>& Ops() {
+  static const auto* ops = [] {
+    auto* all = new std::map<std::string, OpFn>(ElementwiseOps());
+    for (const auto& table : {ReductionOps(), NnOps()}) all->insert(table.begin(), table.end());
+    return all;
+  }();
   return *ops;
 }
 
