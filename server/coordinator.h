@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/spec/job_spec.h"
 #include "common/status.h"
-#include "proto/job_spec.h"
 #include "server/health.h"
 #include "server/job_store.h"
 #include "server/rendezvous.h"

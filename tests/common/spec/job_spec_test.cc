@@ -1,4 +1,4 @@
-#include "proto/job_spec.h"
+#include "common/spec/job_spec.h"
 
 #include <fstream>
 #include <limits>

@@ -1,7 +1,7 @@
 // JobSpec: the C++ form of trainyard.v1.JobSpec (proto/trainyard/v1/job.proto), read from the
 // proto's JSON mapping without protobuf, so the engine and the trainer build with a C++
 // compiler alone (docs/design/005-job-spec-and-trainer.md). Defaults and ranges are those the
-// .proto documents; tests/proto/job_spec_test.cc checks that both name the same fields.
+// .proto documents; tests/common/spec/job_spec_test.cc checks that both name the same fields.
 //
 //   ASSIGN_OR_RETURN(Json json, Json::Parse(text));        // or YAML turned into Json
 //   ASSIGN_OR_RETURN(spec::JobSpec spec, spec::ParseJobSpec(json));

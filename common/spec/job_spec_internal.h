@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/job_spec.h"
+#include "common/spec/job_spec.h"
 
 namespace trainyard::spec::internal {
 

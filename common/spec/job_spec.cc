@@ -1,4 +1,4 @@
-#include "proto/job_spec.h"
+#include "common/spec/job_spec.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,7 +11,7 @@
 #include <initializer_list>
 #include <set>
 
-#include "proto/job_spec_internal.h"
+#include "common/spec/job_spec_internal.h"
 
 namespace trainyard::spec {
 
