@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/spec/job_spec.h"
 #include "common/status.h"
-#include "proto/job_spec.h"
 
 namespace trainyard::client {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/host_memory.h"
-#include "proto/job_memory.h"
+#include "common/spec/job_memory.h"
 
 namespace trainyard::client {
 

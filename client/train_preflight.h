@@ -3,8 +3,8 @@
 
 #include <string>
 
+#include "common/spec/job_spec.h"
 #include "common/status.h"
-#include "proto/job_spec.h"
 
 namespace trainyard::client {
 

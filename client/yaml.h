@@ -1,5 +1,5 @@
 // YAML job specs: one YAML document turned into the Json the spec reader takes
-// (proto/job_spec.h), so YAML and JSON specs go through the same checks.
+// (common/spec/job_spec.h), so YAML and JSON specs go through the same checks.
 //
 // Scalars follow the YAML 1.2 core schema: plain (unquoted) scalars are null (~, null, empty),
 // booleans (true, false, in any of YAML's three casings), integers (decimal, 0x hex, 0o octal),

@@ -28,8 +28,8 @@
 
 #include "common/clock.h"
 #include "common/rendezvous.h"
+#include "common/spec/job_spec.h"
 #include "common/status.h"
-#include "proto/job_spec.h"
 #include "server/health.h"
 #include "server/job_store.h"
 #include "server/scheduler.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "proto/job_memory.h"
+#include "common/spec/job_memory.h"
 
 namespace trainyard::server {
 namespace {

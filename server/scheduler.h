@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/spec/job_spec.h"
 #include "common/status.h"
-#include "proto/job_spec.h"
 #include "trainyard/v1/service.pb.h"
 
 namespace trainyard::server {

@@ -15,7 +15,7 @@
 #include "client/spec_file.h"
 #include "client/yaml.h"
 #include "common/json.h"
-#include "proto/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "tests/fuzz/hostile_inputs.h"
 #include "tests/fuzz/mutator.h"
 #include "tests/testing/temp_dir.h"

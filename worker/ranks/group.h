@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "proto/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "worker/dist/process_group.h"
 #include "worker/dist/store.h"
 

@@ -15,8 +15,8 @@
 #include <memory>
 #include <optional>
 
+#include "common/spec/job_spec.h"
 #include "common/status.h"
-#include "proto/job_spec.h"
 #include "worker/dist/reducer.h"
 #include "worker/dist/zero.h"
 #include "worker/nn/module.h"

@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "common/spec/job_spec.h"
 #include "common/status.h"
-#include "proto/job_spec.h"
 #include "worker/data/dataset.h"
 #include "worker/data/vocabulary.h"
 

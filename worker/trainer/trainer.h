@@ -49,8 +49,8 @@
 #include <tuple>
 #include <vector>
 
+#include "common/spec/job_spec.h"
 #include "common/status.h"
-#include "proto/job_spec.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/device_copier.h"
 #include "worker/nn/module.h"

@@ -1,9 +1,9 @@
-// proto/job_memory.h against the engine: for small configs of every zoo model, the estimate's
-// parameters and optimizer state equal what the built model and its optimizer hold, and its
-// activations lie close to the CPU allocator's measured peak of a training step beyond the
-// weights, gradients and optimizer state. Then the cases and the examples, and the
+// common/spec/job_memory.h against the engine: for small configs of every zoo model, the
+// estimate's parameters and optimizer state equal what the built model and its optimizer hold,
+// and its activations lie close to the CPU allocator's measured peak of a training step beyond
+// the weights, gradients and optimizer state. Then the cases and the examples, and the
 // spec's maxima (no overflow).
-#include "proto/job_memory.h"
+#include "common/spec/job_memory.h"
 
 #include <gtest/gtest.h>
 

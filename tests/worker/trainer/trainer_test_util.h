@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/json.h"
-#include "proto/job_spec.h"
+#include "common/spec/job_spec.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/tensor/tensor.h"
 #include "worker/trainer/trainer.h"

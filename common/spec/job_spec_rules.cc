@@ -3,8 +3,8 @@
 #include <cctype>
 #include <string>
 
-#include "proto/job_spec.h"
-#include "proto/job_spec_internal.h"
+#include "common/spec/job_spec.h"
+#include "common/spec/job_spec_internal.h"
 
 namespace trainyard::spec::internal {
 namespace {

@@ -1,7 +1,9 @@
 // JobSpec: the C++ form of trainyard.v1.JobSpec (proto/trainyard/v1/job.proto), read from the
 // proto's JSON mapping without protobuf, so the engine and the trainer build with a C++
-// compiler alone (docs/design/005-job-spec-and-trainer.md). Defaults and ranges are those the
-// .proto documents; tests/proto/job_spec_test.cc checks that both name the same fields.
+// compiler alone (docs/design/005-job-spec-and-trainer.md). job.proto states each field's
+// default, range and allowed values in its options; the initialisers below are the defaults
+// and job_spec_fields.h the ranges and values, and tests/common/spec/job_spec_schema_test.cc
+// proves both equal to the .proto's, field by field.
 //
 //   ASSIGN_OR_RETURN(Json json, Json::Parse(text));        // or YAML turned into Json
 //   ASSIGN_OR_RETURN(spec::JobSpec spec, spec::ParseJobSpec(json));
@@ -121,7 +123,7 @@ struct OptimizerSpec {
   std::string kind;  // "sgd", "adam" or "adamw"
   SgdSpec sgd;
   AdamSpec adam;
-  AdamSpec adamw = {1e-3, 0.9, 0.999, 1e-8, 0.01};
+  AdamSpec adamw = {1e-3, 0.9, 0.999, 1e-8, 0.01};  // AdamWSpec in job.proto
   // The selected optimizer's learning rate.
   double lr() const;
 };
@@ -160,18 +162,18 @@ struct CheckpointSpec {
 
 // Data parallelism across processes (ranks); see ParallelismSpec in job.proto.
 struct ParallelismSpec {
-  int world_size = 1;                      // ranks in all, 1..4096
-  int ranks_per_node = 0;                  // 0: any number per node; else must divide world_size
-  std::string backend = "auto";            // auto (nccl when device is cuda, else gloo), gloo, nccl
-  double bucket_size_mb = 25;              // gradient bucket size, MiB, (0, 1024]
-  double first_bucket_size_mb = 1;         // the first (last-layer) bucket, MiB, (0, bucket_size_mb]
-  int64_t grad_accumulation_steps = 1;     // micro-batches per optimizer step, >= 1
-  int zero_stage = 0;                      // 0 (plain data parallel) or 1 (optimizer state sharded)
-  bool activation_checkpointing = false;   // recompute each GPT block in backward; model must be gpt
-  double collective_timeout_seconds = 600; // bound on every collective and on rendezvous, (0, 86400]
-  bool find_unused_parameters = false;     // allow parameters that get no gradient in a step
-  std::string grad_compression = "none";   // none, bf16, fp16: dtype of the gradient all-reduce
-  std::string all_reduce_algorithm = "ring"; // ring, ring_chunked (gloo)
+  int world_size = 1;                         // ranks in all
+  int ranks_per_node = 0;                     // 0: any number per node; else divides world_size
+  std::string backend = "auto";               // auto (nccl on cuda, else gloo), gloo or nccl
+  double bucket_size_mb = 25;                 // gradient bucket size, MiB
+  double first_bucket_size_mb = 1;            // the first (last-layer) bucket, MiB
+  int64_t grad_accumulation_steps = 1;        // micro-batches per optimizer step
+  int zero_stage = 0;                         // 0 (plain data parallel) or 1 (state sharded)
+  bool activation_checkpointing = false;      // recompute each GPT block in backward
+  double collective_timeout_seconds = 600;    // bound on every collective and on rendezvous
+  bool find_unused_parameters = false;        // allow parameters that get no gradient in a step
+  std::string grad_compression = "none";      // dtype of the gradient all-reduce
+  std::string all_reduce_algorithm = "ring";  // ring or ring_chunked (gloo)
 };
 
 struct FaultToleranceSpec {
@@ -201,7 +203,7 @@ struct JobSpec {
   int num_threads = 0;  // per rank
   ParallelismSpec parallelism;
   FaultToleranceSpec fault_tolerance;  // the service's supervision; trainyard train ignores it
-  int priority = 0;                    // [-1000, 1000], higher first
+  int priority = 0;                    // higher first
 };
 
 // parallelism.backend with "auto" resolved: "nccl" when device is "cuda", else "gloo".

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-#include "proto/job_spec.h"
+#include "common/spec/job_spec.h"
 
 namespace trainyard::spec {
 

@@ -1,55 +1,23 @@
-#include "proto/job_spec.h"
+#include "common/spec/job_spec.h"
 
-#include <fstream>
 #include <limits>
 #include <map>
-#include <regex>
-#include <set>
-#include <sstream>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/spec/spec_test_util.h"
 
 namespace trainyard::spec {
 namespace {
 
 using ::testing::HasSubstr;
 
-Json ParseOrDie(const std::string& text) {
-  StatusOr<Json> json = Json::Parse(text);
-  EXPECT_TRUE(json.ok()) << json.status();
-  return json.ok() ? *json : Json();
-}
-
-// A small valid spec; tests change one thing at a time.
-Json Minimal() {
-  return ParseOrDie(R"({
-    "model": {"mlp": {"sizes": [784, 128, 10]}},
-    "data": {"fashion_mnist": {}},
-    "optimizer": {"sgd": {"lr": 0.1, "momentum": 0.9}}
-  })");
-}
-
-std::string ProblemsOf(const Json& json) {
-  StatusOr<JobSpec> spec = ParseJobSpec(json);
-  EXPECT_FALSE(spec.ok()) << "accepted " << json.Dump();
-  if (spec.ok()) return "";
-  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
-  return std::string(spec.status().message());
-}
-
-// Sets the value at a dotted path, creating objects on the way.
-void SetPath(Json* json, const std::string& path, Json value) {
-  size_t dot = path.find('.');
-  if (dot == std::string::npos) {
-    json->Set(path, std::move(value));
-    return;
-  }
-  std::string head = path.substr(0, dot);
-  Json* child = json->Find(head);
-  if (child == nullptr) child = &json->Set(head, Json::Object()).Find(head)[0];
-  SetPath(child, path.substr(dot + 1), std::move(value));
-}
+using testing::Minimal;
+using testing::ParseOrDie;
+using testing::ProblemsOf;
+using testing::SetPath;
 
 TEST(JobSpecTest, MinimalSpecGetsTheDocumentedDefaults) {
   StatusOr<JobSpec> spec = ParseJobSpec(Minimal());
@@ -509,82 +477,6 @@ TEST(JobSpecTest, ParallelismAppearsInToJsonWithItsDefaults) {
   StatusOr<JobSpec> back = ParseJobSpec(out);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(ToJson(*back), out);
-}
-
-// --- job.proto and the C++ reader name the same fields ---------------------------------------
-
-struct ProtoField {
-  std::string type;
-  std::string name;
-};
-
-// Every message of job.proto and its fields (oneof members included), from the .proto text.
-std::map<std::string, std::vector<ProtoField>> ReadProto() {
-  std::ifstream in(std::string(TY_SOURCE_DIR) + "/proto/trainyard/v1/job.proto");
-  EXPECT_TRUE(in.good());
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text = std::regex_replace(buffer.str(), std::regex("//[^\n]*"), "");
-  std::map<std::string, std::vector<ProtoField>> messages;
-  std::regex message_re(R"(message\s+(\w+)\s*\{)");
-  std::regex field_re(R"((?:optional\s+|repeated\s+)?(\w+)\s+(\w+)\s*=\s*\d+\s*;)");
-  for (std::sregex_iterator m(text.begin(), text.end(), message_re), end; m != end; ++m) {
-    // The body up to the brace that closes this message (oneofs nest one level).
-    size_t open = m->position(0) + m->length(0);
-    int depth = 1;
-    size_t close = open;
-    while (depth > 0 && close < text.size()) {
-      depth += text[close] == '{' ? 1 : text[close] == '}' ? -1 : 0;
-      ++close;
-    }
-    std::string body = text.substr(open, close - open - 1);
-    std::vector<ProtoField>& fields = messages[(*m)[1]];
-    for (std::sregex_iterator f(body.begin(), body.end(), field_re); f != end; ++f) {
-      fields.push_back({(*f)[1], (*f)[2]});
-    }
-  }
-  return messages;
-}
-
-// The "allowed: ..." list the reader gives for an unknown field at `path` ("" is the top).
-std::set<std::string> AllowedAt(const std::string& path) {
-  Json json = Minimal();
-  std::string key = path.empty() ? "zz_unknown" : path + ".zz_unknown";
-  SetPath(&json, key, 1);
-  std::string text = ProblemsOf(json);
-  std::smatch match;
-  std::regex line_re("unknown field " + std::regex_replace(key, std::regex(R"(\.)"), R"(\.)") +
-                     "[^\n]*allowed: ([^\n]*)");
-  EXPECT_TRUE(std::regex_search(text, match, line_re)) << text;
-  std::set<std::string> names;
-  if (match.empty() || match[1] == "none") return names;
-  std::stringstream list(match[1]);
-  for (std::string name; std::getline(list, name, ',');) {
-    names.insert(name.substr(name.find_first_not_of(' ')));
-  }
-  return names;
-}
-
-void ExpectSameFields(const std::map<std::string, std::vector<ProtoField>>& proto,
-                      const std::string& message, const std::string& path, int* checked) {
-  ASSERT_TRUE(proto.count(message)) << message;
-  std::set<std::string> want;
-  for (const ProtoField& f : proto.at(message)) want.insert(f.name);
-  EXPECT_EQ(AllowedAt(path), want) << "message " << message << " at '" << path << "'";
-  ++*checked;
-  for (const ProtoField& f : proto.at(message)) {
-    if (proto.count(f.type)) {
-      ExpectSameFields(proto, f.type, path.empty() ? f.name : path + "." + f.name, checked);
-    }
-  }
-}
-
-TEST(JobSpecTest, ReaderAndProtoNameTheSameFields) {
-  std::map<std::string, std::vector<ProtoField>> proto = ReadProto();
-  ASSERT_GE(proto.size(), 20u);
-  int checked = 0;
-  ExpectSameFields(proto, "JobSpec", "", &checked);
-  EXPECT_GE(checked, 22);  // every message path reachable from JobSpec
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "proto/job_memory.h"
+#include "common/spec/job_memory.h"
 
 #include <algorithm>
 #include <cmath>

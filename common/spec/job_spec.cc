@@ -1,4 +1,4 @@
-#include "proto/job_spec.h"
+#include "common/spec/job_spec.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,7 +11,8 @@
 #include <initializer_list>
 #include <set>
 
-#include "proto/job_spec_internal.h"
+#include "common/spec/job_spec_fields.h"
+#include "common/spec/job_spec_internal.h"
 
 namespace trainyard::spec {
 
@@ -30,6 +31,19 @@ std::string Num(double v) {
     if (std::strtod(buf, nullptr) == v) break;
   }
   return buf;
+}
+
+std::string IntRange(int64_t lo, int64_t hi) {
+  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
+
+std::string DoubleRange(double lo, double hi, bool lo_open, bool hi_open) {
+  if (hi == kInf) return (lo_open ? "> " : ">= ") + Num(lo);
+  return (lo_open ? "(" : "[") + Num(lo) + ", " + Num(hi) + (hi_open ? ")" : "]");
+}
+
+std::string RangeMessage(const std::string& range) {
+  return (range[0] == '>' ? "must be finite and " : "must be in ") + range;
 }
 
 std::string Quote(const std::string& s) { return Json(s).Dump(); }
@@ -54,14 +68,11 @@ Problem FieldProblem(const std::string& field, const std::string& what) {
 
 namespace {
 
+using internal::IntRange;
+using internal::kInf;
 using internal::Num;
 using internal::Problems;
-using internal::kMaxSteps;
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int64_t kMaxBatch = 1 << 20;
-constexpr int64_t kMaxWidth = 1 << 20;
-constexpr int kMaxWorldSize = 4096;
+using internal::RangeMessage;
 
 // "batch_size" -> "batchSize": the proto JSON name of a field.
 std::string CamelCase(std::string_view name) {
@@ -101,8 +112,9 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// Reads the fields of one JSON object (absent: every field keeps its default) into a spec
-// struct, recording a problem for each bad value and, in Finish, for each unknown key.
+// A visitor of job_spec_fields.h that reads the fields of one JSON object (absent: every field
+// keeps its default) into a spec struct, recording a problem for each bad value and, in
+// Finish, for each unknown key.
 class Reader {
  public:
   Reader(const Json* object, std::string path, Problems* problems)
@@ -111,7 +123,7 @@ class Reader {
   void Int(const char* name, int64_t* out, int64_t lo, int64_t hi) {
     const Json* v = Take(name);
     if (v == nullptr) return;
-    const std::string range = "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    const std::string range = RangeMessage(IntRange(lo, hi));
     std::optional<int64_t> n = ToInt(*v);
     if (!n)
       return Problem(name, *v, BeyondInt64(*v) ? "out of range: " + range : "expected an integer");
@@ -151,10 +163,7 @@ class Reader {
     if (!d) return Problem(name, *v, "expected a number");
     bool above = hi_open ? !(*d < hi) : *d > hi;
     if (!std::isfinite(*d) || *d < lo || above) {
-      std::string allowed = hi == kInf ? "must be finite and >= " + Num(lo)
-                                       : "must be in [" + Num(lo) + ", " + Num(hi) +
-                                             (hi_open ? ")" : "]");
-      return Problem(name, *v, allowed);
+      return Problem(name, *v, RangeMessage(internal::DoubleRange(lo, hi, false, hi_open)));
     }
     *out = *d;
   }
@@ -165,7 +174,7 @@ class Reader {
     std::optional<double> d = ToDouble(*v);
     if (!d) return Problem(name, *v, "expected a number");
     if (!std::isfinite(*d) || !(*d > lo) || *d > hi) {
-      return Problem(name, *v, "must be in (" + Num(lo) + ", " + Num(hi) + "]");
+      return Problem(name, *v, RangeMessage(internal::DoubleRange(lo, hi, true, false)));
     }
     *out = *d;
   }
@@ -205,13 +214,11 @@ class Reader {
       std::optional<int64_t> n = ToInt((*v)[i]);
       if (!n) {
         Problem(item.c_str(), (*v)[i],
-                BeyondInt64((*v)[i]) ? "out of range: must be in [" + std::to_string(lo) + ", " +
-                                           std::to_string(hi) + "]"
+                BeyondInt64((*v)[i]) ? "out of range: " + RangeMessage(IntRange(lo, hi))
                                      : "expected an integer");
         ok = false;
       } else if (*n < lo || *n > hi) {
-        Problem(item.c_str(), (*v)[i],
-                "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        Problem(item.c_str(), (*v)[i], RangeMessage(IntRange(lo, hi)));
         ok = false;
       } else {
         items.push_back(*n);
@@ -361,7 +368,8 @@ class Reader {
   std::set<std::string> taken_;
 };
 
-// Writes every field of a spec struct into a JSON object, with the .proto's names.
+// A visitor of job_spec_fields.h that writes every field of a spec struct into a JSON object,
+// with the .proto's names.
 class Writer {
  public:
   explicit Writer(Json* object) : object_(object) { *object_ = Json::Object(); }
@@ -399,175 +407,6 @@ class Writer {
  private:
   Json* object_;
 };
-
-// One description of every message, used by both Reader and Writer. Ranges follow job.proto.
-template <typename V>
-void VisitMlp(V& v, MlpSpec& s) {
-  v.IntList("sizes", &s.sizes, 1, kMaxWidth);
-  v.Choice("activation", &s.activation, {"relu", "gelu", "tanh"});
-  v.Double("dropout", &s.dropout, 0, 1, /*hi_open=*/true);
-}
-
-template <typename V>
-void VisitCnn(V& v, CnnSpec& s) {
-  v.Int("in_channels", &s.in_channels, 1, 4096);
-  v.Int("image_size", &s.image_size, 4, 4096);
-  v.Int("num_classes", &s.num_classes, 1, kMaxWidth);
-  v.Int("channels1", &s.channels1, 1, 4096);
-  v.Int("channels2", &s.channels2, 1, 4096);
-  v.Int("hidden", &s.hidden, 1, kMaxWidth);
-  v.Double("dropout", &s.dropout, 0, 1, /*hi_open=*/true);
-}
-
-template <typename V>
-void VisitResNet(V& v, ResNetSpec& s) {
-  v.Int("in_channels", &s.in_channels, 1, 4096);
-  v.Int("num_classes", &s.num_classes, 1, kMaxWidth);
-  v.Int("base_width", &s.base_width, 1, 4096);
-  v.IntList("blocks", &s.blocks, 1, 64);
-}
-
-template <typename V>
-void VisitGpt(V& v, GptSpec& s) {
-  v.Int("vocab_size", &s.vocab_size, 0, 65536);
-  v.Int("context", &s.context, 1, 65536);
-  v.Int("n_layer", &s.n_layer, 1, 1024);
-  v.Int("n_head", &s.n_head, 1, 1024);
-  v.Int("n_embd", &s.n_embd, 1, 65536);
-  v.Double("dropout", &s.dropout, 0, 1, /*hi_open=*/true);
-  v.Bool("bias", &s.bias);
-}
-
-template <typename V>
-void VisitModel(V& v, ModelSpec& s) {
-  v.OneOf(&s.arch, {"mlp", "cnn", "resnet", "gpt"}, /*required=*/true);
-  v.Message("mlp", s.arch == "mlp", [&](V& m) { VisitMlp(m, s.mlp); });
-  v.Message("cnn", s.arch == "cnn", [&](V& m) { VisitCnn(m, s.cnn); });
-  v.Message("resnet", s.arch == "resnet", [&](V& m) { VisitResNet(m, s.resnet); });
-  v.Message("gpt", s.arch == "gpt", [&](V& m) { VisitGpt(m, s.gpt); });
-}
-
-template <typename V>
-void VisitData(V& v, DataSpec& s) {
-  v.OneOf(&s.source, {"fashion_mnist", "text", "tokens", "csv"}, /*required=*/true);
-  v.Message("fashion_mnist", s.source == "fashion_mnist", [&](V& m) {
-    m.String("dir", &s.fashion_mnist.dir);
-    m.Bool("normalize", &s.fashion_mnist.normalize);
-    m.Int("limit", &s.fashion_mnist.limit, 0, 60000);
-  });
-  v.Message("text", s.source == "text", [&](V& m) {
-    m.String("path", &s.text.path);
-    m.Choice("vocabulary", &s.text.vocabulary, {"char", "byte"});
-    m.Double("eval_fraction", &s.text.eval_fraction, 0, 0.5);
-  });
-  v.Message("tokens", s.source == "tokens", [&](V& m) {
-    m.String("path", &s.tokens.path);
-    m.Double("eval_fraction", &s.tokens.eval_fraction, 0, 0.5);
-  });
-  v.Message("csv", s.source == "csv", [&](V& m) {
-    m.String("path", &s.csv.path);
-    m.Bool("header", &s.csv.header);
-    m.Int("label_column", &s.csv.label_column, -65536, 65535);
-    m.Choice("delimiter", &s.csv.delimiter, {",", ";", "\t", " "});
-    m.Double("eval_fraction", &s.csv.eval_fraction, 0, 0.5);
-  });
-  v.Bool("shuffle", &s.shuffle);
-  v.Int("num_workers", &s.num_workers, 0, 64);
-  v.Int("prefetch", &s.prefetch, 1, 64);
-  v.Bool("drop_last", &s.drop_last);
-}
-
-template <typename V>
-void VisitAdam(V& v, AdamSpec& s) {
-  v.Double("lr", &s.lr, 0, kInf);
-  v.Double("beta1", &s.beta1, 0, 1, /*hi_open=*/true);
-  v.Double("beta2", &s.beta2, 0, 1, /*hi_open=*/true);
-  v.Double("eps", &s.eps, 0, kInf);
-  v.Double("weight_decay", &s.weight_decay, 0, kInf);
-}
-
-template <typename V>
-void VisitOptimizer(V& v, OptimizerSpec& s) {
-  v.OneOf(&s.kind, {"sgd", "adam", "adamw"}, /*required=*/true);
-  v.Message("sgd", s.kind == "sgd", [&](V& m) {
-    m.Double("lr", &s.sgd.lr, 0, kInf);
-    m.Double("momentum", &s.sgd.momentum, 0, 1);
-    m.Double("dampening", &s.sgd.dampening, 0, 1);
-    m.Bool("nesterov", &s.sgd.nesterov);
-    m.Double("weight_decay", &s.sgd.weight_decay, 0, kInf);
-  });
-  v.Message("adam", s.kind == "adam", [&](V& m) { VisitAdam(m, s.adam); });
-  v.Message("adamw", s.kind == "adamw", [&](V& m) { VisitAdam(m, s.adamw); });
-}
-
-template <typename V>
-void VisitSchedule(V& v, ScheduleSpec& s) {
-  v.OneOf(&s.kind, {"constant", "step", "cosine"}, /*required=*/false);
-  v.Message("constant", s.kind == "constant", [](V&) {});
-  v.Message("step", s.kind == "step", [&](V& m) {
-    m.Int("step_size", &s.step.step_size, 1, kMaxSteps);
-    m.Double("gamma", &s.step.gamma, 0, kInf);
-  });
-  v.Message("cosine", s.kind == "cosine", [&](V& m) {
-    m.Int("warmup_steps", &s.cosine.warmup_steps, 0, kMaxSteps);
-    m.Int("total_steps", &s.cosine.total_steps, 0, kMaxSteps);
-    m.Double("min_lr", &s.cosine.min_lr, 0, kInf);
-  });
-}
-
-template <typename V>
-void VisitParallelism(V& v, ParallelismSpec& s) {
-  v.Int("world_size", &s.world_size, 1, kMaxWorldSize);
-  v.Int("ranks_per_node", &s.ranks_per_node, 0, kMaxWorldSize);
-  v.Choice("backend", &s.backend, {"auto", "gloo", "nccl"});
-  v.DoubleAbove("bucket_size_mb", &s.bucket_size_mb, 0, 1024);
-  v.DoubleAbove("first_bucket_size_mb", &s.first_bucket_size_mb, 0, 1024);
-  v.Int("grad_accumulation_steps", &s.grad_accumulation_steps, 1, 1'000'000);
-  v.Int("zero_stage", &s.zero_stage, 0, 1);
-  v.Bool("activation_checkpointing", &s.activation_checkpointing);
-  v.DoubleAbove("collective_timeout_seconds", &s.collective_timeout_seconds, 0, 86400);
-  v.Bool("find_unused_parameters", &s.find_unused_parameters);
-  v.Choice("grad_compression", &s.grad_compression, {"none", "bf16", "fp16"});
-  v.Choice("all_reduce_algorithm", &s.all_reduce_algorithm, {"ring", "ring_chunked"});
-}
-
-template <typename V>
-void VisitJob(V& v, JobSpec& s) {
-  v.String("name", &s.name);
-  v.Message("model", true, [&](V& m) { VisitModel(m, s.model); });
-  v.Message("data", true, [&](V& m) { VisitData(m, s.data); });
-  v.Message("optimizer", true, [&](V& m) { VisitOptimizer(m, s.optimizer); });
-  v.Message("schedule", true, [&](V& m) { VisitSchedule(m, s.schedule); });
-  v.Int("batch_size", &s.batch_size, 1, kMaxBatch);
-  v.Int("steps", &s.steps, 1, kMaxSteps);
-  v.Int("epochs", &s.epochs, 1, 1'000'000);
-  v.Message("eval", true, [&](V& m) {
-    m.Int("every_steps", &s.eval.every_steps, 0, kMaxSteps);
-    m.Int("max_batches", &s.eval.max_batches, 0, kMaxSteps);
-    m.Int("batch_size", &s.eval.batch_size, 0, kMaxBatch);
-  });
-  v.Choice("precision", &s.precision, {"fp32", "bf16", "fp16"});
-  v.Choice("device", &s.device, {"cpu", "cuda"});
-  v.Uint64("seed", &s.seed);
-  v.Message("checkpoint", true, [&](V& m) {
-    m.String("dir", &s.checkpoint.dir);
-    m.Int("every_steps", &s.checkpoint.every_steps, 0, kMaxSteps);
-    m.Int("keep_last", &s.checkpoint.keep_last, 0, 1'000'000);
-    m.Bool("resume", &s.checkpoint.resume);
-    m.String("init_from", &s.checkpoint.init_from);
-    m.String("resume_from", &s.checkpoint.resume_from);
-  });
-  v.Double("grad_clip_norm", &s.grad_clip_norm, 0, kInf);
-  v.Int("num_threads", &s.num_threads, 0, 1024);
-  v.Message("parallelism", true, [&](V& m) { VisitParallelism(m, s.parallelism); });
-  v.Message("fault_tolerance", true, [&](V& m) {
-    m.Int("max_restarts", &s.fault_tolerance.max_restarts, 0, 1000);
-    m.DoubleAbove("hang_timeout_seconds", &s.fault_tolerance.hang_timeout_seconds, 0, 86400);
-    m.DoubleAbove("straggler_factor", &s.fault_tolerance.straggler_factor, 1, 1000);
-    m.Int("straggler_window_steps", &s.fault_tolerance.straggler_window_steps, 1, 100000);
-  });
-  v.Int("priority", &s.priority, -1000, 1000);
-}
 
 // Note [Errors that arrive whole] (proto/rpc.h): the message lists the first problems in full
 // within kMessageBytes, then "and N more"; the field violations list them all (up to
@@ -618,7 +457,7 @@ StatusOr<JobSpec> ParseJobSpec(const Json& json) {
   JobSpec spec;
   Problems problems;
   Reader reader(&json, "", &problems);
-  VisitJob(reader, spec);
+  internal::VisitJob(reader, spec);
   reader.Finish();
   // A required message that is absent was never visited; its oneof says what is missing.
   for (const char* required : {"model", "data", "optimizer"}) {
@@ -635,7 +474,7 @@ Json ToJson(const JobSpec& spec) {
   JobSpec copy = spec;
   Json out;
   Writer writer(&out);
-  VisitJob(writer, copy);
+  internal::VisitJob(writer, copy);
   // Steps or epochs: only the one in use (the other is 0, outside its range).
   Json::Members members;
   for (const auto& [key, value] : out.members()) {

@@ -1,0 +1,203 @@
+// The job spec's fields, one visitor template per message: each field's name, its kind, its
+// range or allowed values, and where the struct of job_spec.h keeps it (whose initialisers are
+// the defaults). The Reader and the Writer (job_spec.cc) and the Describer (job_spec_schema.cc)
+// walk these, so a field is listed once in C++; tests/common/spec/job_spec_schema_test.cc
+// proves the names, ranges, allowed values and defaults equal to the fields and options of
+// proto/trainyard/v1/job.proto. Internal to ty_spec.
+//
+// A visitor has, for a field `name` of the message it visits:
+//   Int(name, int64_t* or int*, lo, hi)               an integer in [lo, hi]
+//   Uint64(name, uint64_t*)                           any uint64
+//   Double(name, double*, lo, hi, hi_open = false)    finite, in [lo, hi], or [lo, hi) when
+//                                                     hi_open; hi = kInf: any finite >= lo
+//   DoubleAbove(name, double*, lo, hi)                finite, in (lo, hi]
+//   Bool(name, bool*), String(name, std::string*)
+//   Choice(name, std::string*, {values...})           one of the values
+//   IntList(name, std::vector<int64_t>*, lo, hi)      each entry in [lo, hi]
+//   Message(name, selected, visit)                    a nested message, visited by `visit`;
+//                                                     `selected`: not an unset oneof member
+//   OneOf(std::string*, {members...}, required)       which member of the oneof is set
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "common/spec/job_spec.h"
+#include "common/spec/job_spec_internal.h"
+
+namespace trainyard::spec::internal {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr int64_t kMaxBatch = 1 << 20;
+inline constexpr int64_t kMaxWidth = 1 << 20;
+inline constexpr int kMaxWorldSize = 4096;
+
+template <typename V>
+void VisitMlp(V& v, MlpSpec& s) {
+  v.IntList("sizes", &s.sizes, 1, kMaxWidth);
+  v.Choice("activation", &s.activation, {"relu", "gelu", "tanh"});
+  v.Double("dropout", &s.dropout, 0, 1, /*hi_open=*/true);
+}
+
+template <typename V>
+void VisitCnn(V& v, CnnSpec& s) {
+  v.Int("in_channels", &s.in_channels, 1, 4096);
+  v.Int("image_size", &s.image_size, 4, 4096);
+  v.Int("num_classes", &s.num_classes, 1, kMaxWidth);
+  v.Int("channels1", &s.channels1, 1, 4096);
+  v.Int("channels2", &s.channels2, 1, 4096);
+  v.Int("hidden", &s.hidden, 1, kMaxWidth);
+  v.Double("dropout", &s.dropout, 0, 1, /*hi_open=*/true);
+}
+
+template <typename V>
+void VisitResNet(V& v, ResNetSpec& s) {
+  v.Int("in_channels", &s.in_channels, 1, 4096);
+  v.Int("num_classes", &s.num_classes, 1, kMaxWidth);
+  v.Int("base_width", &s.base_width, 1, 4096);
+  v.IntList("blocks", &s.blocks, 1, 64);
+}
+
+template <typename V>
+void VisitGpt(V& v, GptSpec& s) {
+  v.Int("vocab_size", &s.vocab_size, 0, 65536);
+  v.Int("context", &s.context, 1, 65536);
+  v.Int("n_layer", &s.n_layer, 1, 1024);
+  v.Int("n_head", &s.n_head, 1, 1024);
+  v.Int("n_embd", &s.n_embd, 1, 65536);
+  v.Double("dropout", &s.dropout, 0, 1, /*hi_open=*/true);
+  v.Bool("bias", &s.bias);
+}
+
+template <typename V>
+void VisitModel(V& v, ModelSpec& s) {
+  v.OneOf(&s.arch, {"mlp", "cnn", "resnet", "gpt"}, /*required=*/true);
+  v.Message("mlp", s.arch == "mlp", [&](V& m) { VisitMlp(m, s.mlp); });
+  v.Message("cnn", s.arch == "cnn", [&](V& m) { VisitCnn(m, s.cnn); });
+  v.Message("resnet", s.arch == "resnet", [&](V& m) { VisitResNet(m, s.resnet); });
+  v.Message("gpt", s.arch == "gpt", [&](V& m) { VisitGpt(m, s.gpt); });
+}
+
+template <typename V>
+void VisitData(V& v, DataSpec& s) {
+  v.OneOf(&s.source, {"fashion_mnist", "text", "tokens", "csv"}, /*required=*/true);
+  v.Message("fashion_mnist", s.source == "fashion_mnist", [&](V& m) {
+    m.String("dir", &s.fashion_mnist.dir);
+    m.Bool("normalize", &s.fashion_mnist.normalize);
+    m.Int("limit", &s.fashion_mnist.limit, 0, 60000);
+  });
+  v.Message("text", s.source == "text", [&](V& m) {
+    m.String("path", &s.text.path);
+    m.Choice("vocabulary", &s.text.vocabulary, {"char", "byte"});
+    m.Double("eval_fraction", &s.text.eval_fraction, 0, 0.5);
+  });
+  v.Message("tokens", s.source == "tokens", [&](V& m) {
+    m.String("path", &s.tokens.path);
+    m.Double("eval_fraction", &s.tokens.eval_fraction, 0, 0.5);
+  });
+  v.Message("csv", s.source == "csv", [&](V& m) {
+    m.String("path", &s.csv.path);
+    m.Bool("header", &s.csv.header);
+    m.Int("label_column", &s.csv.label_column, -65536, 65535);
+    m.Choice("delimiter", &s.csv.delimiter, {",", ";", "\t", " "});
+    m.Double("eval_fraction", &s.csv.eval_fraction, 0, 0.5);
+  });
+  v.Bool("shuffle", &s.shuffle);
+  v.Int("num_workers", &s.num_workers, 0, 64);
+  v.Int("prefetch", &s.prefetch, 1, 64);
+  v.Bool("drop_last", &s.drop_last);
+}
+
+template <typename V>
+void VisitAdam(V& v, AdamSpec& s) {
+  v.Double("lr", &s.lr, 0, kInf);
+  v.Double("beta1", &s.beta1, 0, 1, /*hi_open=*/true);
+  v.Double("beta2", &s.beta2, 0, 1, /*hi_open=*/true);
+  v.Double("eps", &s.eps, 0, kInf);
+  v.Double("weight_decay", &s.weight_decay, 0, kInf);
+}
+
+template <typename V>
+void VisitOptimizer(V& v, OptimizerSpec& s) {
+  v.OneOf(&s.kind, {"sgd", "adam", "adamw"}, /*required=*/true);
+  v.Message("sgd", s.kind == "sgd", [&](V& m) {
+    m.Double("lr", &s.sgd.lr, 0, kInf);
+    m.Double("momentum", &s.sgd.momentum, 0, 1);
+    m.Double("dampening", &s.sgd.dampening, 0, 1);
+    m.Bool("nesterov", &s.sgd.nesterov);
+    m.Double("weight_decay", &s.sgd.weight_decay, 0, kInf);
+  });
+  v.Message("adam", s.kind == "adam", [&](V& m) { VisitAdam(m, s.adam); });
+  v.Message("adamw", s.kind == "adamw", [&](V& m) { VisitAdam(m, s.adamw); });
+}
+
+template <typename V>
+void VisitSchedule(V& v, ScheduleSpec& s) {
+  v.OneOf(&s.kind, {"constant", "step", "cosine"}, /*required=*/false);
+  v.Message("constant", s.kind == "constant", [](V&) {});
+  v.Message("step", s.kind == "step", [&](V& m) {
+    m.Int("step_size", &s.step.step_size, 1, kMaxSteps);
+    m.Double("gamma", &s.step.gamma, 0, kInf);
+  });
+  v.Message("cosine", s.kind == "cosine", [&](V& m) {
+    m.Int("warmup_steps", &s.cosine.warmup_steps, 0, kMaxSteps);
+    m.Int("total_steps", &s.cosine.total_steps, 0, kMaxSteps);
+    m.Double("min_lr", &s.cosine.min_lr, 0, kInf);
+  });
+}
+
+template <typename V>
+void VisitParallelism(V& v, ParallelismSpec& s) {
+  v.Int("world_size", &s.world_size, 1, kMaxWorldSize);
+  v.Int("ranks_per_node", &s.ranks_per_node, 0, kMaxWorldSize);
+  v.Choice("backend", &s.backend, {"auto", "gloo", "nccl"});
+  v.DoubleAbove("bucket_size_mb", &s.bucket_size_mb, 0, 1024);
+  v.DoubleAbove("first_bucket_size_mb", &s.first_bucket_size_mb, 0, 1024);
+  v.Int("grad_accumulation_steps", &s.grad_accumulation_steps, 1, 1'000'000);
+  v.Int("zero_stage", &s.zero_stage, 0, 1);
+  v.Bool("activation_checkpointing", &s.activation_checkpointing);
+  v.DoubleAbove("collective_timeout_seconds", &s.collective_timeout_seconds, 0, 86400);
+  v.Bool("find_unused_parameters", &s.find_unused_parameters);
+  v.Choice("grad_compression", &s.grad_compression, {"none", "bf16", "fp16"});
+  v.Choice("all_reduce_algorithm", &s.all_reduce_algorithm, {"ring", "ring_chunked"});
+}
+
+template <typename V>
+void VisitJob(V& v, JobSpec& s) {
+  v.String("name", &s.name);
+  v.Message("model", true, [&](V& m) { VisitModel(m, s.model); });
+  v.Message("data", true, [&](V& m) { VisitData(m, s.data); });
+  v.Message("optimizer", true, [&](V& m) { VisitOptimizer(m, s.optimizer); });
+  v.Message("schedule", true, [&](V& m) { VisitSchedule(m, s.schedule); });
+  v.Int("batch_size", &s.batch_size, 1, kMaxBatch);
+  v.Int("steps", &s.steps, 1, kMaxSteps);
+  v.Int("epochs", &s.epochs, 1, 1'000'000);
+  v.Message("eval", true, [&](V& m) {
+    m.Int("every_steps", &s.eval.every_steps, 0, kMaxSteps);
+    m.Int("max_batches", &s.eval.max_batches, 0, kMaxSteps);
+    m.Int("batch_size", &s.eval.batch_size, 0, kMaxBatch);
+  });
+  v.Choice("precision", &s.precision, {"fp32", "bf16", "fp16"});
+  v.Choice("device", &s.device, {"cpu", "cuda"});
+  v.Uint64("seed", &s.seed);
+  v.Message("checkpoint", true, [&](V& m) {
+    m.String("dir", &s.checkpoint.dir);
+    m.Int("every_steps", &s.checkpoint.every_steps, 0, kMaxSteps);
+    m.Int("keep_last", &s.checkpoint.keep_last, 0, 1'000'000);
+    m.Bool("resume", &s.checkpoint.resume);
+    m.String("init_from", &s.checkpoint.init_from);
+    m.String("resume_from", &s.checkpoint.resume_from);
+  });
+  v.Double("grad_clip_norm", &s.grad_clip_norm, 0, kInf);
+  v.Int("num_threads", &s.num_threads, 0, 1024);
+  v.Message("parallelism", true, [&](V& m) { VisitParallelism(m, s.parallelism); });
+  v.Message("fault_tolerance", true, [&](V& m) {
+    m.Int("max_restarts", &s.fault_tolerance.max_restarts, 0, 1000);
+    m.DoubleAbove("hang_timeout_seconds", &s.fault_tolerance.hang_timeout_seconds, 0, 86400);
+    m.DoubleAbove("straggler_factor", &s.fault_tolerance.straggler_factor, 1, 1000);
+    m.Int("straggler_window_steps", &s.fault_tolerance.straggler_window_steps, 1, 100000);
+  });
+  v.Int("priority", &s.priority, -1000, 1000);
+}
+
+}  // namespace trainyard::spec::internal
