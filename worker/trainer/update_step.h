@@ -16,8 +16,8 @@
 // kScalerPrefix. A mode ignores the scaler entries it has no use for, so runs of one precision
 // resume the checkpoints of another.
 //
-// Order of calls: LoadStateDict (on resume) before Start; Start once; then per step ScaleLoss
-// for each micro-batch, and SetLr and Apply once; StateDict between steps. Not thread-safe.
+// Order of calls: LoadStateDict (on resume) before Start; Start once; then per step SetLr,
+// ScaleLoss for each micro-batch and Apply; StateDict between steps. Not thread-safe.
 #pragma once
 
 #include <cstdint>
