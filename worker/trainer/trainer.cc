@@ -70,6 +70,20 @@ StatusOr<std::unique_ptr<optim::LrSchedule>> MakeSchedule(const spec::JobSpec& s
   return std::unique_ptr<optim::LrSchedule>(std::move(sched));
 }
 
+// spec.num_threads kernel threads (process-wide) when it is > 0.
+Status SetKernelThreads(int num_threads) {
+  if (num_threads <= 0) return OkStatus();
+  const int started = kernels::cpu::SetNumThreads(num_threads);
+  if (started >= num_threads) return OkStatus();
+  return ResourceExhaustedError("num_threads = " + std::to_string(num_threads) +
+                                ": the system let this process "
+                                "start only " +
+                                std::to_string(started) +
+                                " threads (a task or RLIMIT_NPROC limit); set "
+                                "num_threads to " +
+                                std::to_string(started) + " or fewer");
+}
+
 // Whether a file or directory exists at `path`.
 bool Exists(const std::string& path) {
   std::error_code ec;
@@ -90,18 +104,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(spec::JobSpec spec, TrainerOp
 }
 
 Status Trainer::Init() {
-  if (spec_.num_threads > 0) {
-    const int started = kernels::cpu::SetNumThreads(spec_.num_threads);
-    if (started < spec_.num_threads) {
-      return ResourceExhaustedError("num_threads = " + std::to_string(spec_.num_threads) +
-                                    ": the system let this process "
-                                    "start only " +
-                                    std::to_string(started) +
-                                    " threads (a task or RLIMIT_NPROC limit); set "
-                                    "num_threads to " +
-                                    std::to_string(started) + " or fewer");
-    }
-  }
+  RETURN_IF_ERROR(SetKernelThreads(spec_.num_threads));
   autocast_dtype_ = AutocastDTypeOf(spec_.precision);
   // Before the data loads, as the step is made after the model.
   RETURN_IF_ERROR(ValidateUpdateStep(spec_, options_.grad_scaler));
@@ -111,20 +114,37 @@ Status Trainer::Init() {
   }
   RETURN_IF_ERROR(ChooseDevice());
   timer_ = std::make_unique<StreamTimer>(device_);
-  const std::string& dir = spec_.checkpoint.dir;
-  const bool text = spec_.data.source == "text";
+  ASSIGN_OR_RETURN(const bool vocabulary_saved, LoadData());
+  RETURN_IF_ERROR(BuildModel());
+  RETURN_IF_ERROR(MakeLoaders());
+  ASSIGN_OR_RETURN(schedule_, MakeSchedule(spec_, total_steps_));
+  RETURN_IF_ERROR(OpenCheckpointDir(/*save_vocabulary=*/!vocabulary_saved));
+  RETURN_IF_ERROR(Restore());
+  RETURN_IF_ERROR(OpenMetricsLog(spec_.checkpoint.dir));
+  return StartDataParallel();
+}
 
+std::string Trainer::VocabularyPath() const {
+  const std::string& dir = spec_.checkpoint.dir;
+  return dir.empty() ? "" : dir + "/" + kVocabularyFile;
+}
+
+StatusOr<bool> Trainer::LoadData() {
   // A text run keeps the vocabulary saved beside its checkpoints, so token ids never change.
   std::optional<data::Vocabulary> saved_vocabulary;
-  const std::string vocabulary_path = dir.empty() ? "" : dir + "/" + kVocabularyFile;
-  if (text && !dir.empty() && spec_.checkpoint.resume && Exists(vocabulary_path)) {
+  const std::string vocabulary_path = VocabularyPath();
+  if (spec_.data.source == "text" && !vocabulary_path.empty() && spec_.checkpoint.resume &&
+      Exists(vocabulary_path)) {
     StatusOr<data::Vocabulary> v = data::Vocabulary::Load(vocabulary_path);
     if (!v.ok())
       return Status(v.status().code(), "checkpoint.dir: " + std::string(v.status().message()));
     saved_vocabulary = std::move(v).value();
   }
   ASSIGN_OR_RETURN(data_, LoadJobData(spec_, saved_vocabulary ? &*saved_vocabulary : nullptr));
+  return saved_vocabulary.has_value();
+}
 
+Status Trainer::BuildModel() {
   if (spec_.model.arch == "gpt" && spec_.model.gpt.vocab_size > 0 &&
       spec_.model.gpt.vocab_size < data_.num_classes) {
     return InvalidArgumentError(
@@ -141,24 +161,20 @@ Status Trainer::Init() {
   for (const Tensor& p : model_->Parameters()) num_parameters_ += p.numel();
   ASSIGN_OR_RETURN(update_, MakeUpdateStep(spec_, options_.grad_scaler, *model_,
                                            /*data_parallel=*/options_.process_group != nullptr));
-  RETURN_IF_ERROR(MakeLoaders());
-  ASSIGN_OR_RETURN(schedule_, MakeSchedule(spec_, total_steps_));
+  return OkStatus();
+}
 
-  if (!dir.empty()) {
-    checkpoints_ =
-        std::make_unique<CheckpointManager>(dir, spec_.checkpoint.keep_last, options_.clock);
-    if (text && !saved_vocabulary && rank_ == 0) {
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec)
-        return InvalidArgumentError("checkpoint.dir: cannot create " + dir + ": " + ec.message());
-      // Written whole or not at all (WriteFileAtomically), like the checkpoints.
-      RETURN_IF_ERROR(data_.vocabulary->Save(vocabulary_path));
-    }
-  }
-  RETURN_IF_ERROR(Restore());
-  RETURN_IF_ERROR(OpenMetricsLog(dir));
-  return StartDataParallel();
+Status Trainer::OpenCheckpointDir(bool save_vocabulary) {
+  const std::string& dir = spec_.checkpoint.dir;
+  if (dir.empty()) return OkStatus();
+  checkpoints_ =
+      std::make_unique<CheckpointManager>(dir, spec_.checkpoint.keep_last, options_.clock);
+  if (spec_.data.source != "text" || !save_vocabulary || rank_ != 0) return OkStatus();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return InvalidArgumentError("checkpoint.dir: cannot create " + dir + ": " + ec.message());
+  // Written whole or not at all (WriteFileAtomically), like the checkpoints.
+  return data_.vocabulary->Save(VocabularyPath());
 }
 
 Status Trainer::OpenMetricsLog(const std::string& checkpoint_dir) {

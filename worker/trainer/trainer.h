@@ -218,6 +218,12 @@ class Trainer {
  private:
   Trainer(spec::JobSpec spec, TrainerOptions options);
   Status Init();
+  // Init's parts, in order. LoadData returns whether a text run's vocabulary came from
+  // checkpoint.dir (else OpenCheckpointDir saves the data's there, on rank 0).
+  StatusOr<bool> LoadData();
+  Status BuildModel();  // model_ on device_, and update_ over its parameters
+  Status OpenCheckpointDir(bool save_vocabulary);
+  std::string VocabularyPath() const;  // in checkpoint.dir; "" without one
   Status MakeLoaders();
   // device_ from spec.device (and the rank); the CUDA backend set up for it.
   Status ChooseDevice();
