@@ -11,8 +11,8 @@ std::optional<DType> CompressionDType(const std::string& name) {
 }
 
 StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
-    std::shared_ptr<dist::ProcessGroup> group, const spec::ParallelismSpec& spec, nn::Module& model,
-    const dist::ZeroOptimizer::OptimizerFactory& make_optimizer) {
+    std::shared_ptr<dist::ProcessGroup> group, const spec::ParallelismSpec& spec,
+    nn::Module& model) {
   if (group->size() != spec.world_size) {
     return InvalidArgumentError("parallelism.world_size is " + std::to_string(spec.world_size) +
                                 " but the process group has " + std::to_string(group->size()) +
@@ -34,9 +34,6 @@ StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
   options.shard_gradients = spec.zero_stage == 1;
   ASSIGN_OR_RETURN(dp->reducer_,
                    dist::Reducer::Create(model.NamedParameters(), dp->group_, options));
-  if (spec.zero_stage == 1) {
-    ASSIGN_OR_RETURN(dp->zero_, dist::ZeroOptimizer::Create(dp->reducer_.get(), make_optimizer));
-  }
   return dp;
 }
 

@@ -1,8 +1,8 @@
 // DataParallel: what the Trainer adds when it is one rank of several (spec.parallelism).
 //
-//   Create     broadcasts rank 0's parameters and buffers, builds the Reducer (bucket sizes,
-//              compression, unused parameters from the spec) and, for zero_stage 1, the
-//              ZeroOptimizer in place of a whole optimizer.
+//   Create     broadcasts rank 0's parameters and buffers and builds the Reducer (bucket sizes,
+//              compression, unused parameters from the spec; for zero_stage 1 it
+//              reduce-scatters, for the ZeroOptimizer that update_step.h builds over it).
 //   per step   Prepare/Finish around each backward (only the last micro-batch of a step
 //              synchronises); AgreeOnStep averages the loss over ranks and makes every rank stop
 //              at the same step when any of them was asked to (one 16-byte all-reduce).
@@ -18,16 +18,15 @@
 #include "common/spec/job_spec.h"
 #include "common/status.h"
 #include "worker/dist/reducer.h"
-#include "worker/dist/zero.h"
 #include "worker/nn/module.h"
 
 namespace trainyard::trainer {
 
 class DataParallel {
  public:
-  static StatusOr<std::unique_ptr<DataParallel>> Create(
-      std::shared_ptr<dist::ProcessGroup> group, const spec::ParallelismSpec& spec,
-      nn::Module& model, const dist::ZeroOptimizer::OptimizerFactory& make_optimizer);
+  static StatusOr<std::unique_ptr<DataParallel>> Create(std::shared_ptr<dist::ProcessGroup> group,
+                                                        const spec::ParallelismSpec& spec,
+                                                        nn::Module& model);
 
   int rank() const { return group_->rank(); }
   int world_size() const { return group_->size(); }
@@ -35,8 +34,6 @@ class DataParallel {
   // Where the model's parameters are (what the group's collectives reduce).
   trainyard::Device Device() const;
   dist::Reducer& reducer() { return *reducer_; }
-  // Non-null for zero_stage 1.
-  dist::ZeroOptimizer* zero() { return zero_.get(); }
 
   // Around one backward; `sync` is false for all but a step's last micro-batch.
   void BeforeBackward(bool sync);
@@ -55,7 +52,6 @@ class DataParallel {
   DataParallel() = default;
   std::shared_ptr<dist::ProcessGroup> group_;
   std::unique_ptr<dist::Reducer> reducer_;
-  std::unique_ptr<dist::ZeroOptimizer> zero_;
 };
 
 // The compression dtype named by parallelism.grad_compression ("bf16", "fp16"; "none": nullopt).

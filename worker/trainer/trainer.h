@@ -15,11 +15,12 @@
 // Note [Mixed precision]: with spec.precision bf16 or fp16, forward and loss (in training and
 // evaluation) run under AutocastGuard of that dtype (worker/autograd/autocast.h); parameters,
 // gradients and optimizer state stay float32. fp16 adds a GradScaler (worker/optim/
-// grad_scaler.h): each micro-batch's loss is scaled before backward, and the step unscales the
-// gradients (after the data-parallel all-reduce, so every rank decides alike), clips them,
-// and skips the optimizer when any is inf or NaN (StepMetrics::skipped). The scaler's state is
-// saved in optimizer.safetensors as "grad_scaler.scale" and "grad_scaler.growth_tracker" and
-// restored on resume. fp16 with ZeRO-1 is rejected by the spec.
+// grad_scaler.h), through its UpdateStep (update_step.h): each micro-batch's loss is scaled
+// before backward, and the step unscales the gradients (after the data-parallel all-reduce, so
+// every rank decides alike), clips them, and skips the optimizer when any is inf or NaN
+// (StepMetrics::skipped). The scaler's state is saved in optimizer.safetensors as
+// "grad_scaler.scale" and "grad_scaler.growth_tracker" and restored on resume. fp16 with
+// ZeRO-1 is rejected by the spec.
 //
 // With TrainerOptions::process_group this process is one rank of a data-parallel run
 // (data_parallel.h): it reads its DistributedSampler shard, the reducer averages gradients
@@ -41,6 +42,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -55,7 +57,6 @@
 #include "worker/data/device_copier.h"
 #include "worker/nn/module.h"
 #include "worker/optim/grad_scaler.h"
-#include "worker/optim/optimizer.h"
 #include "worker/optim/schedule.h"
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/generator.h"
@@ -64,6 +65,7 @@
 #include "worker/trainer/data_parallel.h"
 #include "worker/trainer/job_data.h"
 #include "worker/trainer/metrics_log.h"
+#include "worker/trainer/update_step.h"
 
 namespace trainyard::trainer {
 
@@ -216,20 +218,50 @@ class Trainer {
  private:
   Trainer(spec::JobSpec spec, TrainerOptions options);
   Status Init();
+  // Init's parts, in order. LoadData returns whether a text run's vocabulary came from
+  // checkpoint.dir (else OpenCheckpointDir saves the data's there, on rank 0).
+  StatusOr<bool> LoadData();
+  Status BuildModel();  // model_ on device_, and update_ over its parameters
+  Status OpenCheckpointDir(bool save_vocabulary);
+  std::string VocabularyPath() const;  // in checkpoint.dir; "" without one
   Status MakeLoaders();
   // device_ from spec.device (and the rank); the CUDA backend set up for it.
   Status ChooseDevice();
   // The batch on device_ (itself on the CPU).
   data::Batch OnDevice(const data::Batch& batch);
   Status Restore();
+  // Starts data parallelism (with a process group), then update_.
   Status StartDataParallel();
+
+  // Run's totals over its steps, for the TrainSummary (trainer_run.cc).
+  struct RunTally;
+  // One step, reported and followed by its evaluation or checkpoint when due; returns whether
+  // the run was asked to stop.
+  StatusOr<bool> Step(RunTally* tally);
+  // The step's forward, backward and update, and its wait for the device: fills m but for the
+  // fields of the step count, rates and memory. Fails when the loss is not finite. *agreed_stop
+  // is the ranks' agreed stop request with data parallelism (nullopt in one process).
+  Status TrainStep(StepMetrics* m, std::optional<bool>* agreed_stop);
   // Forward and backward over the step's micro-batches: fills epoch, samples and the data and
   // all-reduce time, sums the micro-batches' losses into *loss_sum (on the device) and marks
   // the forward and backward spans on timer_.
   Status ForwardBackward(StepMetrics* m, Tensor* loss_sum);
-  // Clips (spec.grad_clip_norm) and steps the optimizer; the clipped norm, unless ZeRO's (read
-  // there), goes to *grad_norm on the device, to be read with the loss.
+  // The next micro-batch on device_, starting the next epoch when this one is over; counts its
+  // samples, epoch and wait into *m.
+  StatusOr<data::Batch> NextBatch(StepMetrics* m);
+  // Forward and backward of one micro-batch; `last` is the step's last (its backward
+  // synchronises the gradients across ranks).
+  Status MicroBatch(const data::Batch& batch, bool last, Tensor* loss_sum);
+  // update_'s Apply; the norm still on the device goes to *grad_norm, to be read with the loss.
   Status OptimizerStep(StepMetrics* m, Tensor* grad_norm);
+  // Averages the loss over ranks and agrees on stopping (data parallelism only: else nullopt).
+  StatusOr<std::optional<bool>> AgreeOnStep(StepMetrics* m);
+  // The fields of m that follow from the step's count, time since `start` and memory.
+  void Finalize(std::chrono::steady_clock::time_point start, StepMetrics* m);
+  // The evaluation and checkpoint due after a step; `stop`: the run stops here.
+  Status EvaluateOrSave(bool stop, RunTally* tally);
+  // The last checkpoint and evaluation, and the summary.
+  StatusOr<TrainSummary> Finish(RunTally* tally);
   bool StopRequested() const;
   void SetPhase(Phase p) {
     if (options_.progress) options_.progress->Set(p);
@@ -238,8 +270,8 @@ class Trainer {
   // The mean loss of a batch: cross-entropy over the last dimension of the model's output,
   // forward and loss under autocast (Note [Mixed precision]).
   Tensor ForwardLoss(const Tensor& input, const Tensor& target) const;
-  // Loads a checkpoint's optimizer.safetensors into the optimizer (or, for ZeRO, keeps it for
-  // StartDataParallel) and the grad scaler.
+  // Loads a checkpoint's optimizer.safetensors into update_ (ZeRO keeps it for
+  // StartDataParallel).
   Status RestoreOptimizerState(const std::string& path);
   // OK when `saved` (the manifest of `path`) was written by this run; else FailedPrecondition
   // naming the directory, the writer, what differs and the ways on.
@@ -254,11 +286,11 @@ class Trainer {
   Generator gen_;  // initialisation and dropout; outlives model_
   JobData data_;
   std::shared_ptr<nn::Module> model_;
-  std::vector<Tensor> params_;
-  std::unique_ptr<optim::Optimizer> optimizer_;  // null with ZeRO-1 (dp_->zero() instead)
-  std::unique_ptr<DataParallel> dp_;             // null in a one-process run
-  DType autocast_dtype_ = DType::kFloat32;       // spec.precision's; kFloat32: autocast off
-  std::unique_ptr<optim::GradScaler> scaler_;    // precision fp16 only
+  std::unique_ptr<DataParallel> dp_;  // null in a one-process run
+  // The optimizer step of the spec's mode (plain, fp16 or ZeRO-1); after dp_, whose reducer
+  // ZeRO's refers to.
+  std::unique_ptr<UpdateStep> update_;
+  DType autocast_dtype_ = DType::kFloat32;  // spec.precision's; kFloat32: autocast off
   int rank_ = 0;
   int world_size_ = 1;
   std::unique_ptr<optim::LrSchedule> schedule_;
@@ -282,7 +314,6 @@ class Trainer {
   std::string resumed_from_;
   RunIdentity run_;  // recorded in every checkpoint (Note [Run identity])
   std::string resume_note_;
-  std::vector<optim::NamedTensor> resumed_optimizer_state_;  // for ZeRO, loaded after dp_ starts
 };
 
 }  // namespace trainyard::trainer

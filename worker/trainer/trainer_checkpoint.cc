@@ -1,7 +1,7 @@
 // Trainer's checkpoints (trainer.h): Restore resumes the newest checkpoint of checkpoint.dir
 // when this run wrote it (Note [Run identity]), or checkpoint.resume_from, or starts from
-// checkpoint.init_from; SaveCheckpoint writes one, with the grad scaler's state
-// beside the optimizer's.
+// checkpoint.init_from; SaveCheckpoint writes one, with the optimizer's state in the form of
+// the run's UpdateStep (update_step.h; the grad scaler's beside it for fp16).
 #include <ctime>
 
 #include "worker/trainer/trainer.h"
@@ -11,24 +11,6 @@ namespace {
 
 // The generator stream checkpoints keep: the model's (dropout), rank 0's.
 constexpr const char* kModelGenerator = "model";
-// The grad scaler's entries in optimizer.safetensors start with this (Note [Mixed precision]).
-constexpr const char* kScalerPrefix = "grad_scaler.";
-
-// Moves the entries named kScalerPrefix + key out of `state`, as (key, tensor).
-std::vector<optim::NamedTensor> TakeScalerState(std::vector<optim::NamedTensor>* state) {
-  std::vector<optim::NamedTensor> scaler, rest;
-  const std::string prefix = kScalerPrefix;
-  for (auto& [key, t] : *state) {
-    if (key.rfind(prefix, 0) == 0) {
-      scaler.emplace_back(key.substr(prefix.size()), std::move(t));
-    } else {
-      rest.emplace_back(std::move(key), std::move(t));
-    }
-  }
-  *state = std::move(rest);
-  return scaler;
-}
-
 // "job fashion-mlp-1 (uid 3f2a..., step 938, saved 2026-12-05 21:30:00 UTC)".
 std::string Writer(const CheckpointState& saved) {
   std::string who = saved.run.spec_digest.empty() ? "a run without a recorded identity (written "
@@ -159,38 +141,16 @@ Status Trainer::ResumeFrom(const std::string& path) {
 
 Status Trainer::RestoreOptimizerState(const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> state, LoadOptimizerState(path));
-  // A run of another precision may have written or left out the scaler's entries: an fp16 run
-  // without them starts from the initial scale.
-  const std::vector<optim::NamedTensor> scaler_state = TakeScalerState(&state);
-  const std::string file = "\"" + path + "/" + kOptimizerFile + "\"";
-  if (scaler_ && !scaler_state.empty()) {
-    Status s = scaler_->LoadStateDict(scaler_state);
-    if (!s.ok()) return s.WithContext("loading the grad scaler's state from " + file);
-  }
-  if (!optimizer_) {
-    // ZeRO-1: each rank keeps its shard of the whole state once the reducer exists.
-    resumed_optimizer_state_ = std::move(state);
-    return OkStatus();
-  }
-  Status s = optimizer_->LoadStateDict(state);
-  if (!s.ok()) return s.WithContext("loading optimizer state from " + file);
-  return OkStatus();
+  // Each mode takes the scaler's entries when it has a scaler and leaves them aside otherwise
+  // (update_step.h); ZeRO loads its shard once StartDataParallel has built it.
+  return update_->LoadStateDict(std::move(state), path);
 }
 
 Status Trainer::SaveCheckpoint(std::string* path) {
   SetPhase(Phase::kCheckpoint);
   // A ZeRO optimizer's state is gathered from every rank; then rank 0 alone writes.
-  std::vector<optim::NamedTensor> optimizer_state;
-  if (dp_ && dp_->zero()) {
-    ASSIGN_OR_RETURN(optimizer_state, dp_->zero()->StateDict());
-  } else if (rank_ == 0) {
-    optimizer_state = optimizer_->StateDict();
-  }
-  if (scaler_) {
-    for (auto& [key, t] : scaler_->StateDict()) {
-      optimizer_state.emplace_back(kScalerPrefix + key, t);
-    }
-  }
+  ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> optimizer_state,
+                   update_->StateDict(/*writer=*/rank_ == 0));
   saved_step_ = step_;
   if (rank_ != 0) return OkStatus();
   CheckpointState state;
