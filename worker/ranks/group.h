@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
 #include "common/spec/job_spec.h"
+#include "common/status.h"
 #include "worker/dist/process_group.h"
 #include "worker/dist/store.h"
 

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "common/spec/job_spec.h"
 #include "common/status.h"
-#include "proto/job_spec.h"
 #include "worker/nn/module.h"
 #include "worker/optim/grad_scaler.h"
 #include "worker/optim/optimizer.h"
