@@ -1,15 +1,29 @@
 // CudaBackendImpl: the Backend of libtrainyard_cuda.so (kernels/cuda/backend.h). Its methods
-// are defined across the library's files, one family per file:
+// are defined across the library's files, named as their CPU counterparts in kernels/cpu:
 //   runtime.cc      devices, memory, streams, events, the entry point
-//   elementwise.cu  Copy, Fill, Unary, UnaryBackward, Binary, Compare, Where
-//   reduce.cu       reductions, NormPow, softmax, cross-entropy, layer norm
-//   misc.cu         indexing, random fills, AdamMulti, UnscaleCheck, pooling, batch norm's
-//                   own kernels
-//   attention.cu    fused attention
+//   elementwise.cu  Copy, Fill, Unary, UnaryBackward, Binary, BinaryMixed, Compare, Where
+//   reduce.cu       ReduceSum, ReduceMaxMin, NormPow
+//   softmax.cu      softmax and cross-entropy
+//   norm.cu         layer norm, and batch norm's own kernels
+//   indexing.cu     IndexRows, IndexAddRows, CheckIndices
+//   random.cu       FillUniform, FillNormal, FillBernoulli
+//   optim.cu        AdamMulti, UnscaleCheck
+//   pool.cu         max, average and adaptive average pooling
+//   attention.cu    fused attention (attention_tc.cu: its tensor-core kernels)
 //   blas.cc         Gemm (cuBLASLt)
 //   dnn.cc          convolutions and batch norm (cuDNN)
 // Thread safety: every method may be called from any thread; per-device state (streams, the
 // cuBLASLt and cuDNN handles and workspaces) is created once under a lock.
+//
+// Note [Bit-exact ports]
+// Random fills reimplement Philox4x32-10 (kernels/cpu/philox.h) with the CPU's counter layout,
+// so f32 uniform and Bernoulli draws equal the CPU's bit for bit (f64 uniform too); normal
+// draws go through CUDA's double log/sin/cos and agree to rounding. AdamMulti rounds each
+// operation as AdamUpdate<float> does (IEEE intrinsics, FMAs exactly where the CPU has them,
+// subnormals kept: no flush to zero), so it is bit-exact. Pooling backward gathers (each input
+// pixel sums the outputs whose windows hold it, in the CPU's order of additions) instead of
+// scattering with atomics: deterministic, and bit-exact with the CPU for f32. Only
+// IndexAddRows uses atomics (the order of additions is not fixed, as backend.h says).
 #pragma once
 
 #include "kernels/cuda/backend.h"
@@ -129,7 +143,7 @@ class CudaBackendImpl final : public Backend {
                           void* gw, Stream stream) override;
 
  private:
-  // Batch norm through our kernels (misc.cu), for the shapes the cuDNN path (dnn.cc) leaves.
+  // Batch norm through our kernels (norm.cu), for the shapes the cuDNN path (dnn.cc) leaves.
   void OwnBatchNormTrainingForward(const float* x, const float* weight, const float* bias, float* y,
                                    float* running_mean, float* running_var, double momentum,
                                    double eps, float* mean, float* invstd, int64_t outer, int64_t c,
