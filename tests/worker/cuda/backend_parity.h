@@ -45,8 +45,7 @@ class ParityBackend {
   virtual void Uninstall() = 0;
   // Launches of `kernel` since Install (HostBackend::launches' names; "" counts every kernel,
   // as HostBackend::kernel_launches), where the backend counts them; nullopt elsewhere.
-  virtual std::optional<int64_t> Launches(const std::string& kernel) const {
-    (void)kernel;
+  virtual std::optional<int64_t> Launches(const std::string& /*kernel*/) const {
     return std::nullopt;
   }
   // Relative tolerance of an f32 op case against the CPU (`gemm`: through cuBLASLt or cuDNN).
