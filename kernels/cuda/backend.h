@@ -7,7 +7,7 @@
 // Contract (Note [The CUDA backend contract]):
 // - Kernels mirror kernels/cpu one for one: same enums (UnaryOp, BinaryOp, CompareOp), same
 //   StridedIter, same layouts and formulas. The CPU kernel is the specification; the CUDA one
-//   must match it within the dtype's tolerance (tests/worker/cuda/cuda_parity_test.cc).
+//   must match it within the dtype's tolerance (tests/worker/cuda/backend_parity_test.cc).
 // - Pointers are device pointers on the device current for the calling thread (SetDevice),
 //   except where a comment says host. Every kernel is asynchronous on `stream`.
 // - Dtypes: kernels compute in f32 for f32, bf16 and f16 storage (bf16/f16 are converted on
@@ -171,152 +171,38 @@ class Backend {
   virtual bool EventQuery(Event event) = 0;  // true when done
   virtual void EventSynchronize(Event event) = 0;
 
-  // ---- Elementwise (kernels/cpu/elementwise.h, copy.h) ----
-  // dst[i] = convert(src[i]); it: operand 0 = dst, 1 = src. Every dtype pair.
-  virtual void Copy(const StridedIter& it, ScalarType dst_type, void* dst, ScalarType src_type,
-                    const void* src, Stream stream) = 0;
-  virtual void Fill(ScalarType type, int64_t n, void* out, double value, Stream stream) = 0;
-  virtual void Unary(UnaryOp op, ScalarType type, const StridedIter& it, void* out, const void* x,
-                     double alpha, double beta, Stream stream) = 0;
-  virtual void UnaryBackward(UnaryOp op, ScalarType type, int64_t n, const void* x, const void* y,
-                             const void* g, void* gx, double alpha, double beta, Stream stream) = 0;
-  virtual void Binary(BinaryOp op, ScalarType type, const StridedIter& it, void* out, const void* x,
-                      const void* y, double alpha, Stream stream) = 0;
-  // Binary with inputs of two different types among f32, bf16 and f16 (their promotion, the
-  // output's type, is f32): each input is converted to f32 on load, as a copy would convert it,
-  // so a residual add of a 16-bit branch needs no f32 copy of it.
-  virtual void BinaryMixed(BinaryOp op, ScalarType x_type, ScalarType y_type, const StridedIter& it,
-                           float* out, const void* x, const void* y, double alpha,
-                           Stream stream) = 0;
-  virtual void Compare(CompareOp op, ScalarType type, const StridedIter& it, uint8_t* out,
-                       const void* x, const void* y, Stream stream) = 0;
-  virtual void Where(ScalarType type, const StridedIter& it, void* out, const uint8_t* cond,
-                     const void* x, const void* y, Stream stream) = 0;
+  // ---- Kernels: every entry of backend_kernels.inc, as `virtual void Name(parameters) = 0` ----
+#define TY_CUDA_KERNEL(name, params) virtual void name params = 0;
+#include "kernels/cuda/backend_kernels.inc"
+#undef TY_CUDA_KERNEL
 
-  // ---- Reductions over [outer, k, inner] (kernels/cpu/reduce.h) ----
-  virtual void ReduceSum(ScalarType type, const void* x, void* out, int64_t outer, int64_t k,
-                         int64_t inner, double scale, Stream stream) = 0;
-  virtual void ReduceMaxMin(bool is_max, ScalarType type, const void* x, void* out, int64_t* idx,
-                            int64_t outer, int64_t k, int64_t inner, Stream stream) = 0;
-  // sum_i |x_i|^p (p = 0 means max_i |x_i|), f32 or bf16/f16 input, written as one double to
-  // device memory `out` (so many norms can be summed without a sync).
-  virtual void NormPow(ScalarType type, const void* x, int64_t n, double p, double* out,
-                       Stream stream) = 0;
-
-  // ---- Softmax, cross-entropy, layer norm (kernels/cpu/softmax.h, norm.h) ----
-  virtual void SoftmaxForward(ScalarType type, const void* x, void* y, int64_t rows, int64_t n,
-                              bool log, Stream stream) = 0;
-  virtual void SoftmaxBackward(ScalarType type, const void* y, const void* gy, void* gx,
-                               int64_t rows, int64_t n, bool log, Stream stream) = 0;
-  // logits: (rows, c) of `type`, rows ld >= c apart; target int64; loss and lse f32.
-  virtual void CrossEntropyForward(ScalarType type, const void* logits, int64_t ld,
-                                   const int64_t* target, float* loss, float* lse, int64_t rows,
-                                   int64_t c, int64_t ignore_index, double smoothing,
-                                   Stream stream) = 0;
-  // gloss f32 (one per row); grad has the logits' type and row stride ld.
-  virtual void CrossEntropyBackward(ScalarType type, const void* logits, int64_t ld,
-                                    const int64_t* target, const float* lse, const float* gloss,
-                                    void* grad, int64_t rows, int64_t c, int64_t ignore_index,
-                                    double smoothing, Stream stream) = 0;
-  // x, y, gx: `type`; weight, bias, gweight, gbias: `param_type`; mean, rstd f32.
-  virtual void LayerNormForward(ScalarType type, ScalarType param_type, const void* x,
-                                const void* weight, const void* bias, void* y, float* mean,
-                                float* rstd, int64_t rows, int64_t n, double eps,
-                                Stream stream) = 0;
-  virtual void LayerNormBackward(ScalarType type, ScalarType param_type, const void* x,
-                                 const void* gy, const float* mean, const float* rstd,
-                                 const void* weight, void* gx, void* gweight, void* gbias,
-                                 int64_t rows, int64_t n, Stream stream) = 0;
-
-  // ---- Indexing, random, optimizers ----
-  // out[i, :] = x[index[i], :]; and its backward out[index[i], :] += src[i, :] (atomics: the
-  // order of additions is not fixed; not bf16 or f16, whose sums would round at every add).
-  virtual void IndexRows(ScalarType type, const void* x, int64_t row, const int64_t* index,
-                         int64_t n, void* out, Stream stream) = 0;
-  virtual void IndexAddRows(ScalarType type, void* out, int64_t row, const int64_t* index,
-                            int64_t n, const void* src, Stream stream) = 0;
-  // kernels/cpu/indexing.h CheckIndices without a host wait: out[i] = index[i] where `check`
-  // accepts it, else the replacement that keeps the kernels given `out` in bounds; a rejected
-  // value goes to `*fault` (see IndexFault) unless a fault is recorded there already.
-  virtual void CheckIndices(const int64_t* index, int64_t n, const IndexCheck& check, int64_t* out,
-                            IndexFault* fault, Stream stream) = 0;
-  // Philox fills with the CPU's counter layout (kernels/cpu/random.h): equal draws on both.
-  virtual void FillUniform(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset,
-                           double lo, double hi, Stream stream) = 0;
-  virtual void FillNormal(ScalarType type, int64_t n, void* out, uint64_t seed, uint64_t offset,
-                          double mean, double std, Stream stream) = 0;
-  virtual void FillBernoulli(int64_t n, uint8_t* out, uint64_t seed, uint64_t offset, double p_keep,
-                             Stream stream) = 0;
-  // One AdamW (or Adam) step over many tensors in one launch; formulas of
-  // kernels/cpu/optim.h AdamUpdate. `tensors` is host memory with `count` entries. When
-  // `found_inf` (device, f32) is not null and nonzero, the step is skipped on the device.
-  virtual void AdamMulti(const AdamTensor* tensors, int count, int64_t step, double lr,
-                         double beta1, double beta2, double eps, double weight_decay,
-                         bool decoupled, const float* found_inf, Stream stream) = 0;
-  // x *= scale for every tensor and found_inf (device f32, set to 1, never cleared) when any
-  // value is inf or NaN: the loss scaler's unscale-and-check in one pass per tensor.
-  // `tensors` and `sizes` are host memory with `count` entries (of device pointers).
-  virtual void UnscaleCheck(float* const* tensors, const int64_t* sizes, int count, float scale,
-                            float* found_inf, Stream stream) = 0;
-
-  // ---- Pooling (kernels/cpu/pool.h; our kernels, same semantics) and batch norm
-  // (kernels/cpu/norm.h: cuDNN where it takes the shape, else our kernels) ----
-  virtual void MaxPool2dForward(ScalarType type, const Pool2dShape& s, const void* x, void* y,
-                                int64_t* argmax, Stream stream) = 0;
-  virtual void MaxPool2dBackward(ScalarType type, const Pool2dShape& s, const void* gy,
-                                 const int64_t* argmax, void* gx, Stream stream) = 0;
-  virtual void AvgPool2dForward(ScalarType type, const Pool2dShape& s, bool count_include_pad,
-                                const void* x, void* y, Stream stream) = 0;
-  virtual void AvgPool2dBackward(ScalarType type, const Pool2dShape& s, bool count_include_pad,
-                                 const void* gy, void* gx, Stream stream) = 0;
-  virtual void AdaptiveAvgPool2dForward(ScalarType type, const Pool2dShape& s, const void* x,
-                                        void* y, Stream stream) = 0;
-  virtual void AdaptiveAvgPool2dBackward(ScalarType type, const Pool2dShape& s, const void* gy,
-                                         void* gx, Stream stream) = 0;
-  // f32 only (the op layer keeps batch norm in f32 under autocast). weight, bias and the
-  // running statistics (both or neither) may be null.
-  virtual void BatchNormTrainingForward(const float* x, const float* weight, const float* bias,
-                                        float* y, float* running_mean, float* running_var,
-                                        double momentum, double eps, float* mean, float* invstd,
-                                        int64_t outer, int64_t c, int64_t inner, Stream stream) = 0;
-  virtual void BatchNormForward(const float* x, const float* mean, const float* invstd,
-                                const float* weight, const float* bias, float* y, int64_t outer,
-                                int64_t c, int64_t inner, Stream stream) = 0;
-  // eps: the forward's (cuDNN asks for it; mean and invstd are what the forward saved).
-  virtual void BatchNormBackward(const float* x, const float* gy, const float* mean,
-                                 const float* invstd, const float* weight, float* gx,
-                                 float* gweight, float* gbias, int64_t outer, int64_t c,
-                                 int64_t inner, bool training, double eps, Stream stream) = 0;
-
-  // ---- Fused attention (flash-attention style: tiles of keys through on-chip memory, online
-  // softmax, nothing of size L x S written) ----
-  // Operands where AttentionArgs says; lse receives each row's log-sum-exp of the scaled
-  // scores for the backward. e is at most 128 (and AttentionFits). Causal masks key j > query i.
-  virtual void AttentionForward(const AttentionArgs& args, Stream stream) = 0;
-  // From gout: gq, gk, gv (overwritten), recomputing the probabilities from lse.
-  virtual void AttentionBackward(const AttentionArgs& args, Stream stream) = 0;
   // Whether the fused kernels take head size e for `type` on `device`: e in [1, 128] and their
   // shared memory within the device's per-block limit (GPUs of compute capability 8.6 and 8.9
   // allow 99 KiB, less than the f32 kernels need at e > 64).
   virtual bool AttentionFits(int device, ScalarType type, int64_t e) = 0;
-
-  // ---- cuBLASLt, cuDNN ----
-  virtual void Gemm(const GemmArgs& args, Stream stream) = 0;
-  // Convolutions (f32, bf16 or f16 NCHW; weight (k, c / groups, r, s)). beta 0 overwrites.
-  virtual void ConvForward(ScalarType type, const ConvDims& d, const void* x, const void* w,
-                           void* y, Stream stream) = 0;
-  virtual void ConvBackwardData(ScalarType type, const ConvDims& d, const void* w, const void* gy,
-                                void* gx, Stream stream) = 0;
-  virtual void ConvBackwardFilter(ScalarType type, const ConvDims& d, const void* x, const void* gy,
-                                  void* gw, Stream stream) = 0;
 };
 
 // ---- The entry point (Note [The CUDA backend contract]) ----
 inline constexpr char kCudaLibraryName[] = "libtrainyard_cuda.so";
 inline constexpr char kCudaLibraryEnv[] = "TRAINYARD_CUDA_LIB";
 inline constexpr char kCudaEntryPoint[] = "TyCudaBackend";
-// Bump when Backend or the structs above change.
-inline constexpr int kCudaAbiVersion = 8;
+// Every kernel's name and parameters as text (backend_kernels.inc), for kCudaAbiVersion.
+inline constexpr char kCudaKernelSignatures[] =
+#define TY_CUDA_KERNEL(name, params) #name #params "\n"
+#include "kernels/cuda/backend_kernels.inc"
+#undef TY_CUDA_KERNEL
+    "";
+constexpr uint32_t CudaAbiHash(const char* s) {  // FNV-1a
+  uint32_t h = 2166136261u;
+  for (; *s != 0; ++s) h = (h ^ static_cast<uint8_t>(*s)) * 16777619u;
+  return h;
+}
+// Bump kCudaAbiRevision when the runtime part of Backend or the structs above change. The
+// kernels' signatures are hashed in, so adding or changing a kernel changes the version
+// without a bump.
+inline constexpr uint32_t kCudaAbiRevision = 9;
+inline constexpr int kCudaAbiVersion =
+    static_cast<int>((CudaAbiHash(kCudaKernelSignatures) ^ (kCudaAbiRevision * 2654435761u)) >> 1);
 
 // Returns the process-wide backend, or null with `error` set when the versions differ.
 using CudaEntryFn = Backend* (*)(int abi_version, size_t backend_size, std::string* error);

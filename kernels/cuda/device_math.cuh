@@ -6,11 +6,13 @@
 //        (__logf has an absolute error, bad for a loss near 0, and __powf is NaN for a
 //        negative base). The library builds without --use_fast_math, so subnormals stay.
 //   f64: CUDA's accurate functions.
-// Also the integer helpers CeilDiv (host) and Min64 (device) for launch sizes and indices.
+// Also the integer helpers for launch sizes and indices: CeilDiv and the row blocks (host),
+// Min64 and the grid-stride loop's bounds (device).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -18,6 +20,26 @@ namespace trainyard::kernels::cuda {
 
 constexpr int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __device__ __forceinline__ int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// A grid-stride loop: for (i = GlobalThread(); i < n; i += GridThreads()).
+__device__ __forceinline__ int64_t GlobalThread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t GridThreads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// Rows of `len` elements, a warp or more per row, 256 threads a block: block (lanes, rows per
+// block), and a grid of blocks for `rows` rows, capped so a row-stride loop covers the rest.
+inline dim3 RowBlock(int64_t len) {
+  const unsigned lanes =
+      len >= 256 ? 256u : static_cast<unsigned>(std::max<int64_t>(32, CeilDiv(len, 32) * 32));
+  return dim3(lanes, 256 / lanes);
+}
+inline unsigned RowGrid(int64_t rows, dim3 block) {
+  return static_cast<unsigned>(
+      std::min<int64_t>(std::max<int64_t>(CeilDiv(rows, block.y), 1), 65535 * 8));
+}
 
 __device__ __forceinline__ float Exp(float x) {  // FastExp: Cephes polynomial, 2^n via bits
   const float hi = 88.72283935546875f, lo = -103.97208f;

@@ -330,7 +330,7 @@ void RunConv(Direction dir, ScalarType type, const ConvDims& d, Stream stream, c
 // 1 / sqrt(var + eps), the same pair our kernels save, so either backward takes either
 // forward's. Other shapes, a backward that does not want x's gradient (cuDNN always writes it),
 // and evaluation mode (an affine map by constant statistics, whose backward cuDNN does not
-// have) run our kernels (misc.cu). PyTorch trains in the spatial-persistent mode, faster on
+// have) run our kernels (norm.cu). PyTorch trains in the spatial-persistent mode, faster on
 // some shapes, though its own comment reports accuracy losses on some models; plain spatial
 // keeps the CPU reference's numerics, until a GPU measures both.
 bool CudnnTakesBatchNorm(int64_t outer, int64_t c, int64_t inner, double eps, const float* weight) {

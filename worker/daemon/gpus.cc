@@ -1,20 +1,10 @@
 #include "worker/daemon/gpus.h"
 
-#include <filesystem>
 #include <sstream>
 
 #include "worker/tensor/cuda_backend.h"
 
 namespace trainyard::daemon {
-namespace {
-
-bool DriverPresent() {
-  std::error_code ec;
-  return std::filesystem::exists("/proc/driver/nvidia/gpus", ec) ||
-         std::filesystem::exists("/dev/nvidia0", ec);
-}
-
-}  // namespace
 
 StatusOr<std::vector<v1::Gpu>> DiscoverGpus(const std::string& mode) {
   int wanted = -1;  // every visible GPU
@@ -29,7 +19,7 @@ StatusOr<std::vector<v1::Gpu>> DiscoverGpus(const std::string& mode) {
     wanted = std::stoi(mode);
     if (wanted == 0) return std::vector<v1::Gpu>{};
   }
-  if (!DriverPresent()) {
+  if (!NvidiaDriverPresent()) {
     if (wanted < 0) return std::vector<v1::Gpu>{};
     return FailedPreconditionError("--gpus " + mode + ": this node has no NVIDIA driver");
   }

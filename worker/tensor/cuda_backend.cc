@@ -1,8 +1,10 @@
 #include "worker/tensor/cuda_backend.h"
 
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <system_error>
 #include <vector>
 
 #include "common/shared_library.h"
@@ -71,6 +73,12 @@ StatusOr<cuda::Backend*> LoadLibrary() {
 }
 
 }  // namespace
+
+bool NvidiaDriverPresent() {
+  std::error_code ec;
+  return std::filesystem::exists("/proc/driver/nvidia/gpus", ec) ||
+         std::filesystem::exists("/dev/nvidia0", ec);
+}
 
 StatusOr<cuda::Backend*> LoadCudaBackend() {
   State& s = GetState();

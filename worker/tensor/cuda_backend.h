@@ -26,6 +26,11 @@ namespace cuda = kernels::cuda;
 // why when it cannot be loaded (not built, CUDA libraries missing, another build).
 StatusOr<cuda::Backend*> LoadCudaBackend();
 
+// Whether this machine has an NVIDIA driver (/proc/driver/nvidia/gpus or /dev/nvidia0), found
+// without loading anything: where it has none, LoadCudaBackend can find no device, so callers
+// that only look for GPUs (worker discovery, the GPU tests) need not pay for loading CUDA.
+bool NvidiaDriverPresent();
+
 // The loaded backend, for code that holds a CUDA tensor (so it is loaded). TY_CHECKs.
 cuda::Backend& CudaBackend();
 

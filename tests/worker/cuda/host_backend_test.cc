@@ -1,6 +1,8 @@
 // The engine's CUDA dispatch on a fake device over host memory (tests/testing/host_backend.h):
-// every op case on cuda:0 against the CPU, device copies and moves, and a tiny GPT training
-// run. Runs in every build; cuda_parity_test.cc does the same against a real GPU.
+// the parity suites of backend_parity.h on it (the "Host" backend), and what only HostBackend
+// shows: device copies and moves, which kernels an op launches and where the host waits, the
+// deferred index checks' bookkeeping, devices it is told to have and their memory limits.
+// Runs in every build.
 #include "tests/testing/host_backend.h"
 
 #include <gmock/gmock.h>
@@ -10,12 +12,12 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <ostream>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "tests/testing/golden.h"
-#include "tests/worker/cuda/op_cases.h"
+#include "tests/worker/cuda/backend_parity.h"
 #include "worker/autograd/autocast.h"
 #include "worker/autograd/engine.h"
 #include "worker/nn/gpt.h"
@@ -56,45 +58,43 @@ class HostBackendTest : public ::testing::Test {
   ScopedBackend scope_{&backend_};
 };
 
-// ---- Every op case, f32 (near exact) and bf16/f16 (within the dtype's rounding) ----
+// ---- The parity suites (backend_parity_test.cc) on HostBackend ----
 
-// Relative tolerances of a HostBackend run against the CPU: the kernels are the CPU's, so f32
-// differs only where the CUDA path orders operations differently (fused bias, composed
-// variance, the attention reference); 16-bit runs round every op's output.
-double Tolerance(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return 2e-2;
-    case DType::kFloat16:
-      return 5e-3;
-    default:
-      return 1e-5;
+// A fresh HostBackend per test, so its launch counts start at 0.
+class HostParity final : public ParityBackend {
+ public:
+  std::string name() const override { return "Host"; }
+  void Install() override {
+    backend_ = std::make_unique<HostBackend>();
+    SetCudaBackendForTesting(backend_.get());
   }
+  void Uninstall() override {
+    SetCudaBackendForTesting(nullptr);  // drops the allocators, which free into the backend
+    backend_.reset();
+  }
+  std::optional<int64_t> Launches(const std::string& kernel) const override {
+    return kernel.empty() ? backend_->kernel_launches() : backend_->launches(kernel);
+  }
+  // The kernels are the CPU's, so f32 differs only where the CUDA path orders operations
+  // differently (fused bias, composed variance, the attention reference).
+  double F32Tolerance(bool) const override { return 1e-5; }
+  double GptLossTolerance() const override { return 1e-5; }
+  double GptParamTolerance() const override { return 1e-5; }
+
+ private:
+  std::unique_ptr<HostBackend> backend_;
+};
+
+ParityBackend* HostParityBackend() {
+  static auto* backend = new HostParity();
+  return backend;
 }
 
-class HostBackendOpTest : public HostBackendTest, public ::testing::WithParamInterface<OpParam> {};
+}  // namespace
 
-TEST_P(HostBackendOpTest, MatchesTheCpuReference) {
-  const OpParam& p = GetParam();
-  SCOPED_TRACE(::testing::Message()
-               << "case " << p.name << ", dtype " << DTypeName(p.dtype) << ", seed " << p.seed);
-  RecordProperty("seed", std::to_string(p.seed));
-  const OpCase& c = FindCase(p.name);
-  CaseResult want = RunCase(c, Device::Cpu(), p.dtype, p.seed);
-  const int64_t before = backend_.kernel_launches();
-  EXPECT_EQ(before, 0) << "the CPU run launched a device kernel";
-  CaseResult got = RunCase(c, kCuda, p.dtype, p.seed);
-  EXPECT_GT(backend_.kernel_launches(), before) << "the case ran no device kernel";
-  EXPECT_EQ(CompareResults(got, want, Tolerance(p.dtype)), "");
-  for (const auto& [name, t] : got) {
-    if (t.defined()) {
-      EXPECT_TRUE(t.device().is_cpu()) << name;
-    }
-  }
-}
+TY_PARITY_SUITES(Host, HostParityBackend(), 7001);
 
-INSTANTIATE_TEST_SUITE_P(Ops, HostBackendOpTest, ::testing::ValuesIn(AllOpParams(7001)),
-                         [](const auto& info) { return OpParamName(info.param); });
+namespace {
 
 // ---- Copies, moves and reads ----
 
@@ -289,11 +289,6 @@ TEST_F(HostBackendTest, LinearAddsTheBiasInTheGemmEpilogue) {
   EXPECT_EQ(backend_.launches("Gemm"), 1);
   EXPECT_EQ(backend_.launches("Binary"), 0);
   EXPECT_EQ(ToVector<float>(y), std::vector<float>(20, 3.5));
-}
-
-TEST_F(HostBackendTest, GemmBiasAndGeluEpiloguesMatchTheCpu) {
-  EXPECT_EQ(CompareGemmEpilogues(kCuda), "");
-  EXPECT_EQ(backend_.launches("Gemm"), 12);
 }
 
 TEST_F(HostBackendTest, AttentionWithoutAMaskRunsTheFusedKernelAndWithAMaskComposes) {
@@ -508,25 +503,6 @@ TEST(HostBackendMemoryTest, OutOfDeviceMemoryIsResourceExhaustedNamingTheSizes) 
     EXPECT_EQ(small.allocated_bytes(0), size_t{1} << 19);
   }
   EXPECT_EQ(small.allocated_bytes(0), 0u) << "dropping the allocator returns its cache";
-}
-
-// ---- A whole model ----
-
-void ExpectGptTrainsAsOnTheCpu(double dropout, int64_t vocab = 11) {
-  EXPECT_EQ(CompareTinyGptTraining(kCuda, dropout, vocab, 1e-5, 1e-5), "")
-      << "dropout " << dropout << ", vocabulary " << vocab;
-}
-
-TEST_F(HostBackendTest, TinyGptTrainsThreeAdamWStepsOnCudaAsOnTheCpu) {
-  ExpectGptTrainsAsOnTheCpu(0);
-}
-
-TEST_F(HostBackendTest, TinyGptWithDropoutTrainsOnCudaAsOnTheCpu) {
-  ExpectGptTrainsAsOnTheCpu(0.1);
-}
-
-TEST_F(HostBackendTest, TinyGptWithAPaddedHeadTrainsOnCudaAsOnTheCpu) {
-  ExpectGptTrainsAsOnTheCpu(0, 1029);
 }
 
 }  // namespace

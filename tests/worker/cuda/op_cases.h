@@ -1,8 +1,9 @@
 // Op cases for CPU-vs-CUDA parity: every op family of worker/ops (and the optimizers), each
 // building its inputs from a fixed seed, running forward and backward through the engine and
 // returning its outputs and input gradients on the CPU. The same case on the CPU and on a CUDA
-// device (the real one, or tests/testing/host_backend.h) must agree within the dtype's
-// tolerance (ggml's tests/test-backend-ops.cpp, one harness for every op on every backend).
+// device must agree within the dtype's tolerance; backend_parity.h runs every case on every
+// backend a test binary has (ggml's tests/test-backend-ops.cpp, one harness for every op on
+// every backend).
 //
 // Dtypes: a case runs with floating inputs in `dtype` on CUDA (f32, bf16 or f16). On the CPU,
 // which computes in f32, the same inputs are drawn in f32 and rounded through `dtype`, so both
