@@ -93,7 +93,8 @@ Histogram Scrape(const std::string& metrics, const std::string& name) {
 
 Histogram Minus(const Histogram& a, const Histogram& b) {
   Histogram d = a;
-  for (size_t i = 0; i < d.buckets.size() && i < b.buckets.size(); ++i) d.buckets[i].second -= b.buckets[i].second;
+  for (size_t i = 0; i < d.buckets.size() && i < b.buckets.size(); ++i)
+    d.buckets[i].second -= b.buckets[i].second;
   d.sum -= b.sum;
   d.count -= b.count;
   return d;
@@ -158,7 +159,8 @@ void ControlPlane(int workers, int watchers, int seconds) {
   for (int c = 0; c < 8; ++c) {
     grpc::ChannelArguments args;
     args.SetInt("grpc.channel_id", c);  // distinct channels, not one shared subchannel
-    channels.push_back(grpc::CreateCustomChannel(cluster.address(), grpc::InsecureChannelCredentials(), args));
+    channels.push_back(
+        grpc::CreateCustomChannel(cluster.address(), grpc::InsecureChannelCredentials(), args));
   }
   for (int i = 0; i < workers; ++i) {
     threads.emplace_back(SimulatedWorker, channels[i % channels.size()], i, &stop, &registered);
@@ -180,10 +182,13 @@ void ControlPlane(int workers, int watchers, int seconds) {
     client::ServiceClient* c = watch_clients.back().get();
     const std::string id = ids[static_cast<size_t>(w) % ids.size()];
     threads.emplace_back([c, id, &events, &stop] {
-      (void)c->Watch(id, [&](const v1::JobEvent&) {
-        ++events;
-        return !stop.load();
-      }, 1s);
+      (void)c->Watch(
+          id,
+          [&](const v1::JobEvent&) {
+            ++events;
+            return !stop.load();
+          },
+          1s);
     });
   }
   std::this_thread::sleep_for(3s);  // let every stream settle
@@ -208,7 +213,8 @@ void ControlPlane(int workers, int watchers, int seconds) {
               100 * cpu / wall, cpu, wall, coordinator_threads);
   std::printf("  heartbeats applied       %.0f (%.0f/s)\n", h.count, h.count / wall);
   std::printf("  heartbeat latency        mean %.2f ms, p50 <= %.2f ms, p99 <= %.2f ms\n",
-              h.count > 0 ? 1e3 * h.sum / h.count : 0, 1e3 * h.Quantile(0.5), 1e3 * h.Quantile(0.99));
+              h.count > 0 ? 1e3 * h.sum / h.count : 0, 1e3 * h.Quantile(0.5),
+              1e3 * h.Quantile(0.99));
   std::printf("  watch events received    %lld\n", static_cast<long long>(events.load()));
 }
 
@@ -245,8 +251,9 @@ void FirstStep(int rounds) {
   std::printf("first step (fashion-mlp, 2 workers, median of %d)\n", rounds);
   std::printf("  coordinator + 2 workers up     %.2f s (what trainyard local waits for)\n",
               startups[startups.size() / 2]);
-  std::printf("  submit to first step           %.2f s (scheduling, rank start, data load, rendezvous)\n",
-              first_steps[first_steps.size() / 2]);
+  std::printf(
+      "  submit to first step           %.2f s (scheduling, rank start, data load, rendezvous)\n",
+      first_steps[first_steps.size() / 2]);
 }
 
 }  // namespace

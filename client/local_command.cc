@@ -94,7 +94,8 @@ std::string LastLines(const std::string& path, int n) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   std::string out;
-  for (size_t i = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0; i < lines.size(); ++i) {
+  for (size_t i = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0; i < lines.size();
+       ++i) {
     out += "  " + lines[i] + "\n";
   }
   return out;
@@ -148,7 +149,8 @@ class Local {
     if (!spec.ok()) return CommandError(std::string(spec.status().message()), 2);
     // Unless the spec says otherwise, the job uses every slot of the local workers.
     if (!SetsField(*spec, "parallelism.world_size")) {
-      Status s = ApplyOverride("parallelism.world_size=" + std::to_string(*workers * *slots), &*spec);
+      Status s =
+          ApplyOverride("parallelism.world_size=" + std::to_string(*workers * *slots), &*spec);
       if (!s.ok()) return CommandError(std::string(s.message()), 2);
     }
 
@@ -162,21 +164,27 @@ class Local {
     ScopedStopSignals signals(OnSignal);
     StatusOr<v1::Job> job = client_->Submit(spec->Dump());
     if (!job.ok()) {
-      return CommandError(spec_path + ": " + std::string(job.status().message()),
-                          CodeFor(job.status()) == 2 || job.status().code() == StatusCode::kFailedPrecondition ? 2 : 1);
+      return CommandError(
+          spec_path + ": " + std::string(job.status().message()),
+          CodeFor(job.status()) == 2 || job.status().code() == StatusCode::kFailedPrecondition ? 2
+                                                                                               : 1);
     }
     const bool json = f_.Get("output") == "json";
     const bool quiet = f_.On("quiet");
     if (!quiet) {
-      std::fprintf(stderr, "trainyard local: job %s on %lld worker%s (coordinator %s, metrics http://%s/metrics; logs in %s/logs)\n",
+      std::fprintf(stderr,
+                   "trainyard local: job %s on %lld worker%s (coordinator %s, metrics "
+                   "http://%s/metrics; logs in %s/logs)\n",
                    job->id().c_str(), static_cast<long long>(*workers), *workers == 1 ? "" : "s",
-                   client_->options().coordinator.c_str(), coordinator_metrics_.c_str(), state.c_str());
+                   client_->options().coordinator.c_str(), coordinator_metrics_.c_str(),
+                   state.c_str());
     }
     std::atomic<bool> watching{true};
     std::thread canceller([&] {
       while (watching && g_signal.load() == 0) std::this_thread::sleep_for(20ms);
       if (!watching) return;
-      std::fprintf(stderr, "\ntrainyard local: cancelling %s (a checkpoint is saved first)\n", job->id().c_str());
+      std::fprintf(stderr, "\ntrainyard local: cancelling %s (a checkpoint is saved first)\n",
+                   job->id().c_str());
       (void)client_->Cancel(job->id(), /*checkpoint=*/true);
     });
     WatchPrinter printer(/*json=*/false, quiet);
@@ -187,7 +195,8 @@ class Local {
     printer.Close();
     watching = false;
     canceller.join();
-    if (!watched.ok()) return CommandError("watching " + job->id() + ": " + std::string(watched.message()), 1);
+    if (!watched.ok())
+      return CommandError("watching " + job->id() + ": " + std::string(watched.message()), 1);
     StatusOr<v1::Job> final_job = client_->GetJob(job->id());
     if (!final_job.ok()) return CommandError(std::string(final_job.status().message()), 1);
     if (json) {
@@ -205,13 +214,13 @@ class Local {
     const std::string bin = BinDir();
     const std::string ready = state + "/coordinator.ready";
     ::unlink(ready.c_str());
-    ASSIGN_OR_RETURN(coordinator_,
-                     Start("trainyard-coordinator",
-                           {bin + "/trainyard-coordinator", "--listen", "127.0.0.1:0",
-                            "--metrics-listen", "127.0.0.1:0", "--state-dir", state,
-                            "--checkpoint-root", state + "/checkpoints", "--heartbeat-timeout",
-                            f_.Get("heartbeat-timeout"), "--ready-file", ready},
-                           state + "/logs/coordinator.log"));
+    ASSIGN_OR_RETURN(
+        coordinator_,
+        Start("trainyard-coordinator",
+              {bin + "/trainyard-coordinator", "--listen", "127.0.0.1:0", "--metrics-listen",
+               "127.0.0.1:0", "--state-dir", state, "--checkpoint-root", state + "/checkpoints",
+               "--heartbeat-timeout", f_.Get("heartbeat-timeout"), "--ready-file", ready},
+              state + "/logs/coordinator.log"));
     ASSIGN_OR_RETURN(std::vector<std::string> addresses, WaitForFile(ready, coordinator_, 20s));
     if (addresses.size() < 2) return InternalError("malformed " + ready);
     coordinator_metrics_ = addresses[1];
@@ -224,9 +233,8 @@ class Local {
                                       {bin + "/trainyard-worker", "--coordinator", addresses[0],
                                        "--name", name, "--cpu-slots", std::to_string(slots),
                                        // One machine: its GPUs are offered once, by worker 0.
-                                       "--gpus", i == 0 ? "auto" : "none",
-                                       "--metrics-listen", "127.0.0.1:0", "--work-dir",
-                                       state + "/" + name},
+                                       "--gpus", i == 0 ? "auto" : "none", "--metrics-listen",
+                                       "127.0.0.1:0", "--work-dir", state + "/" + name},
                                       state + "/logs/" + name + ".log"));
       workers_.push_back(std::move(w));
     }
@@ -236,14 +244,18 @@ class Local {
       StatusOr<std::vector<v1::WorkerInfo>> listed = client_->ListWorkers();
       int alive = 0;
       if (listed.ok()) {
-        for (const v1::WorkerInfo& w : *listed) alive += w.alive() && w.name().rfind("local-", 0) == 0;
+        for (const v1::WorkerInfo& w : *listed)
+          alive += w.alive() && w.name().rfind("local-", 0) == 0;
       }
       if (alive >= workers) return OkStatus();
       for (Child& w : workers_) {
-        if (Exited(w)) return UnavailableError(w.name + " exited at start; the end of " + w.log + ":\n" + LastLines(w.log, 5));
+        if (Exited(w))
+          return UnavailableError(w.name + " exited at start; the end of " + w.log + ":\n" +
+                                  LastLines(w.log, 5));
       }
       if (SteadyClock::now() >= deadline) {
-        return DeadlineExceededError("the workers did not register within 30 s; see " + state + "/logs");
+        return DeadlineExceededError("the workers did not register within 30 s; see " + state +
+                                     "/logs");
       }
       std::this_thread::sleep_for(50ms);
     }
@@ -281,11 +293,12 @@ class Local {
 }  // namespace
 
 int RunLocalCommand(const std::vector<std::string>& args) {
-  Flags f("usage: trainyard local SPEC.yaml [--workers N] [flags]\n\n"
-          "Runs the job on this machine: a coordinator and N worker daemons on loopback,\n"
-          "watched to the end (Ctrl-C cancels it after a checkpoint). Without\n"
-          "parallelism.world_size in the spec the job uses every slot (N x slots per worker).\n"
-          "Exit code: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 130/143 stopped by a signal.\n\nflags:");
+  Flags f(
+      "usage: trainyard local SPEC.yaml [--workers N] [flags]\n\n"
+      "Runs the job on this machine: a coordinator and N worker daemons on loopback,\n"
+      "watched to the end (Ctrl-C cancels it after a checkpoint). Without\n"
+      "parallelism.world_size in the spec the job uses every slot (N x slots per worker).\n"
+      "Exit code: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 130/143 stopped by a signal.\n\nflags:");
   f.Value("workers", "2", "worker daemons to start")
       .Value("slots-per-worker", "1", "CPU slots (ranks) of each worker")
       .Value("state-dir", ".trainyard/local", "the coordinator's job store, checkpoints and logs")

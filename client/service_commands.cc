@@ -12,7 +12,8 @@ namespace {
 
 std::string Age(int64_t ms) {
   if (ms <= 0) return "-";
-  const double s = (static_cast<double>(std::time(nullptr)) * 1000 - static_cast<double>(ms)) / 1000;
+  const double s =
+      (static_cast<double>(std::time(nullptr)) * 1000 - static_cast<double>(ms)) / 1000;
   if (s < 120) return std::to_string(static_cast<int>(s)) + "s";
   if (s < 7200) return std::to_string(static_cast<int>(s / 60)) + "m";
   if (s < 172800) return std::to_string(static_cast<int>(s / 3600)) + "h";
@@ -31,10 +32,12 @@ StatusOr<std::unique_ptr<ServiceClient>> ConnectWith(const Flags& f) {
 }
 
 void PrintJobLine(const v1::Job& j) {
-  std::printf("%-28s %-11s %9s %9s %8s %5s\n", j.id().c_str(), StateName(j.state()).c_str(),
-              (std::to_string(j.last_step().step()) + "/" + std::to_string(j.last_step().total_steps())).c_str(),
-              Fixed(j.last_step().loss(), 4).c_str(), Age(j.created_ms()).c_str(),
-              std::to_string(j.restarts()).c_str());
+  std::printf(
+      "%-28s %-11s %9s %9s %8s %5s\n", j.id().c_str(), StateName(j.state()).c_str(),
+      (std::to_string(j.last_step().step()) + "/" + std::to_string(j.last_step().total_steps()))
+          .c_str(),
+      Fixed(j.last_step().loss(), 4).c_str(), Age(j.created_ms()).c_str(),
+      std::to_string(j.restarts()).c_str());
 }
 
 void Describe(const v1::Job& j) {
@@ -50,20 +53,22 @@ void Describe(const v1::Job& j) {
                 Fixed(m.loss(), 4).c_str(), Fixed(m.samples_per_second(), 0).c_str(),
                 FormatDuration(m.eta_seconds()).c_str(),
                 Fixed(static_cast<double>(m.memory_bytes()) / (1 << 20), 0).c_str());
-    std::printf("step time  data %s, forward %s, backward %s, all-reduce wait %s, optimizer %s ms\n",
-                Fixed(1e3 * m.data_seconds(), 1).c_str(), Fixed(1e3 * m.forward_seconds(), 1).c_str(),
-                Fixed(1e3 * m.backward_seconds(), 1).c_str(),
-                Fixed(1e3 * m.allreduce_wait_seconds(), 1).c_str(),
-                Fixed(1e3 * m.optimizer_seconds(), 1).c_str());
-    const auto mib = [](int64_t bytes) { return Fixed(static_cast<double>(bytes) / (1 << 20), 0); };
     std::printf(
-        "tensors    rank 0: %s MiB in tensors, %s MiB at the peak, %s MiB reserved\n",
-        mib(m.tensor_memory_allocated_bytes()).c_str(), mib(m.tensor_memory_peak_bytes()).c_str(),
-        mib(m.tensor_memory_reserved_bytes()).c_str());
+        "step time  data %s, forward %s, backward %s, all-reduce wait %s, optimizer %s ms\n",
+        Fixed(1e3 * m.data_seconds(), 1).c_str(), Fixed(1e3 * m.forward_seconds(), 1).c_str(),
+        Fixed(1e3 * m.backward_seconds(), 1).c_str(),
+        Fixed(1e3 * m.allreduce_wait_seconds(), 1).c_str(),
+        Fixed(1e3 * m.optimizer_seconds(), 1).c_str());
+    const auto mib = [](int64_t bytes) { return Fixed(static_cast<double>(bytes) / (1 << 20), 0); };
+    std::printf("tensors    rank 0: %s MiB in tensors, %s MiB at the peak, %s MiB reserved\n",
+                mib(m.tensor_memory_allocated_bytes()).c_str(),
+                mib(m.tensor_memory_peak_bytes()).c_str(),
+                mib(m.tensor_memory_reserved_bytes()).c_str());
   }
   if (j.last_eval().samples() > 0) {
     std::printf("eval       step %lld: loss %s, accuracy %s%%\n",
-                static_cast<long long>(j.last_eval().step()), Fixed(j.last_eval().loss(), 4).c_str(),
+                static_cast<long long>(j.last_eval().step()),
+                Fixed(j.last_eval().loss(), 4).c_str(),
                 Fixed(100 * j.last_eval().accuracy(), 2).c_str());
   }
   if (!j.checkpoint().empty()) std::printf("checkpoint %s\n", j.checkpoint().c_str());
@@ -86,8 +91,9 @@ void Describe(const v1::Job& j) {
 }
 
 int Submit(const std::vector<std::string>& args) {
-  Flags f("usage: trainyard submit SPEC.yaml [--set path=value]... [--watch] [flags]\n\n"
-          "Submits a job to the coordinator and prints its id (the whole job with -o json).\n\nflags:");
+  Flags f(
+      "usage: trainyard submit SPEC.yaml [--set path=value]... [--watch] [flags]\n\n"
+      "Submits a job to the coordinator and prints its id (the whole job with -o json).\n\nflags:");
   f.Value("set", "", "override one spec field, e.g. --set steps=200 (repeatable)")
       .Switch("watch", "then watch it to the end (the exit code is the final state's)");
   AddConnectFlags(f);
@@ -133,9 +139,11 @@ int List(const std::vector<std::string>& args) {
   std::vector<v1::Job> jobs;
   std::string token;
   do {
-    const int page = static_cast<int>(std::min<int64_t>(1000, *limit - static_cast<int64_t>(jobs.size())));
+    const int page =
+        static_cast<int>(std::min<int64_t>(1000, *limit - static_cast<int64_t>(jobs.size())));
     StatusOr<v1::ListJobsResponse> resp = (*client)->ListJobs(states, page, token);
-    if (!resp.ok()) return CommandError(std::string(resp.status().message()), CodeFor(resp.status()));
+    if (!resp.ok())
+      return CommandError(std::string(resp.status().message()), CodeFor(resp.status()));
     jobs.insert(jobs.end(), resp->jobs().begin(), resp->jobs().end());
     token = resp->next_page_token();
   } while (!token.empty() && static_cast<int64_t>(jobs.size()) < *limit);
@@ -173,8 +181,8 @@ int OneJob(const std::string& command, const std::vector<std::string>& args) {
   const std::string& id = f.positional()[0];
   const bool json = f.Get("output") == "json";
   if (command == "watch") return WatchToEnd(**client, id, json, false, f.On("steps"));
-  StatusOr<v1::Job> job = command == "describe" ? (*client)->GetJob(id)
-                                                : (*client)->Cancel(id, f.On("checkpoint"));
+  StatusOr<v1::Job> job =
+      command == "describe" ? (*client)->GetJob(id) : (*client)->Cancel(id, f.On("checkpoint"));
   if (!job.ok()) return CommandError(std::string(job.status().message()), CodeFor(job.status()));
   if (json) {
     std::printf("%s\n", ToJsonText(*job).c_str());
@@ -195,7 +203,8 @@ int Workers(const std::vector<std::string>& args) {
   StatusOr<std::unique_ptr<ServiceClient>> client = ConnectWith(f);
   if (!client.ok()) return CommandError(std::string(client.status().message()), 2);
   StatusOr<std::vector<v1::WorkerInfo>> workers = (*client)->ListWorkers();
-  if (!workers.ok()) return CommandError(std::string(workers.status().message()), CodeFor(workers.status()));
+  if (!workers.ok())
+    return CommandError(std::string(workers.status().message()), CodeFor(workers.status()));
   v1::ListWorkersResponse all;
   for (const v1::WorkerInfo& w : *workers) *all.add_workers() = w;
   if (f.Get("output") == "json") {

@@ -19,9 +19,12 @@ std::string ToJsonText(const google::protobuf::Message& m) {
 
 int ExitCodeOf(v1::JobState state) {
   switch (state) {
-    case v1::SUCCEEDED: return 0;
-    case v1::CANCELLED: return 3;
-    default: return 1;
+    case v1::SUCCEEDED:
+      return 0;
+    case v1::CANCELLED:
+      return 3;
+    default:
+      return 1;
   }
 }
 

@@ -38,5 +38,4 @@ std::string ToJsonText(const google::protobuf::Message& m);
 // The exit code for a final state: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED.
 int ExitCodeOf(v1::JobState state);
 
-
 }  // namespace trainyard::client

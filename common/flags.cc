@@ -46,7 +46,8 @@ Status Flags::Parse(const std::vector<std::string>& args) {
     const size_t eq = a.find('=');
     const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     auto it = flags_.find(name);
-    if (it == flags_.end()) return InvalidArgumentError("unknown flag --" + name + " (--help lists them)");
+    if (it == flags_.end())
+      return InvalidArgumentError("unknown flag --" + name + " (--help lists them)");
     if (it->second.is_switch) {
       if (eq != std::string::npos) return InvalidArgumentError("--" + name + " takes no value");
       it->second.value = "1";
@@ -73,7 +74,8 @@ std::optional<int> Flags::ParseOrExit(const std::vector<std::string>& args,
   if (s.ok() && positionals >= 0 && positional_.size() != static_cast<size_t>(positionals)) {
     s = positional_.size() > static_cast<size_t>(positionals)
             ? InvalidArgumentError("unexpected argument \"" + positional_[positionals] + "\"")
-            : InvalidArgumentError("missing argument (" + std::to_string(positionals) + " expected)");
+            : InvalidArgumentError("missing argument (" + std::to_string(positionals) +
+                                   " expected)");
   }
   if (s.ok()) return std::nullopt;
   std::fprintf(stderr, "%s: error: %s\n%s", program.c_str(), std::string(s.message()).c_str(),

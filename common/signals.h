@@ -1,5 +1,6 @@
 // Installs a handler for SIGINT and SIGTERM for the life of a scope and restores the previous
-// handlers after it: how `trainyard train` and the daemons turn Ctrl-C and SIGTERM into a clean stop.
+// handlers after it: how `trainyard train` and the daemons turn Ctrl-C and SIGTERM into a clean
+// stop.
 #pragma once
 
 #include <signal.h>

@@ -191,9 +191,11 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
 }
 
 void AddCallerFlags(Flags& f) {
-  f.Value("coordinator", "", "host:port of the coordinator (default $TRAINYARD_COORDINATOR or 127.0.0.1:7600)")
+  f.Value("coordinator", "",
+          "host:port of the coordinator (default $TRAINYARD_COORDINATOR or 127.0.0.1:7600)")
       .Value("token", "", "bearer token (default $TRAINYARD_TOKEN)")
-      .Value("ca-cert", "", "PEM CA of the coordinator's certificate: TLS (default $TRAINYARD_CA_CERT)")
+      .Value("ca-cert", "",
+             "PEM CA of the coordinator's certificate: TLS (default $TRAINYARD_CA_CERT)")
       .Value("cert", "", "PEM client certificate, for mutual TLS (default $TRAINYARD_CERT)")
       .Value("key", "", "PEM key of --cert (default $TRAINYARD_KEY)")
       .Value("tls-server-name", "", "name to check in the coordinator's certificate")

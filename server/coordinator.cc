@@ -21,14 +21,22 @@ using trainyard::v1::WorkerCommand;
 
 const char* JobStateName(JobState state) {
   switch (state) {
-    case trainyard::v1::PENDING: return "PENDING";
-    case trainyard::v1::SCHEDULED: return "SCHEDULED";
-    case trainyard::v1::RUNNING: return "RUNNING";
-    case trainyard::v1::RESTARTING: return "RESTARTING";
-    case trainyard::v1::SUCCEEDED: return "SUCCEEDED";
-    case trainyard::v1::FAILED: return "FAILED";
-    case trainyard::v1::CANCELLED: return "CANCELLED";
-    default: return "UNSPECIFIED";
+    case trainyard::v1::PENDING:
+      return "PENDING";
+    case trainyard::v1::SCHEDULED:
+      return "SCHEDULED";
+    case trainyard::v1::RUNNING:
+      return "RUNNING";
+    case trainyard::v1::RESTARTING:
+      return "RESTARTING";
+    case trainyard::v1::SUCCEEDED:
+      return "SUCCEEDED";
+    case trainyard::v1::FAILED:
+      return "FAILED";
+    case trainyard::v1::CANCELLED:
+      return "CANCELLED";
+    default:
+      return "UNSPECIFIED";
   }
 }
 
@@ -115,8 +123,8 @@ Status Coordinator::Load() {
     e->next_event_seq = events.empty() ? 1 : events.back().seq() + 1;
     const size_t dash = job.id().rfind('-');
     if (dash != std::string::npos) {
-      next_job_number_ = std::max<int64_t>(next_job_number_,
-                                           std::atoll(job.id().c_str() + dash + 1) + 1);
+      next_job_number_ =
+          std::max<int64_t>(next_job_number_, std::atoll(job.id().c_str() + dash + 1) + 1);
     }
     // Ranks of the last attempt may still run: they count until their workers re-register
     // and say (Note in RegisterWorker), or their workers stay away for heartbeat_timeout.

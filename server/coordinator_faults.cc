@@ -1,8 +1,8 @@
 // Coordinator, how an attempt ends: rank exits (all 0 at the last step: success; non-zero, or
 // 0 before the last step: a failure), hangs (Note [Naming a hung rank], Note [A job that makes
-// no progress] in health.h), stragglers, and the choice between a restart and failing the job: no restarts
-// left, a rank that rejected the job, or the same failure at the same step in two attempts in
-// a row.
+// no progress] in health.h), stragglers, and the choice between a restart and failing the job: no
+// restarts left, a rank that rejected the job, or the same failure at the same step in two attempts
+// in a row.
 #include <algorithm>
 #include <chrono>
 

@@ -39,8 +39,9 @@ StatusOr<Job> Coordinator::Submit(const std::string& spec_json, const std::strin
     all.push_back(CapacityOf(w->info, gang.gpu));
   }
   if (all.empty()) {
-    return FailedPreconditionError("no worker is registered with the coordinator; start "
-                                   "trainyard-worker on the nodes (or use trainyard local)");
+    return FailedPreconditionError(
+        "no worker is registered with the coordinator; start "
+        "trainyard-worker on the nodes (or use trainyard local)");
   }
   RETURN_IF_ERROR(CheckCanEverFit(gang, all));
 
@@ -117,7 +118,9 @@ StatusOr<trainyard::v1::ListJobsResponse> Coordinator::ListJobs(
   if (!req.page_token().empty()) {
     char* end = nullptr;
     offset = std::strtoull(req.page_token().c_str(), &end, 10);
-    if (*end != '\0') return InvalidArgumentError("page_token \"" + req.page_token() + "\" is not one this coordinator gave");
+    if (*end != '\0')
+      return InvalidArgumentError("page_token \"" + req.page_token() +
+                                  "\" is not one this coordinator gave");
   }
   for (int i = 0; i < req.states_size(); ++i) {
     const int state = req.states(i);

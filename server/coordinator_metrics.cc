@@ -18,29 +18,38 @@ prometheus::Labels StateLabels(const std::string& job, trainyard::v1::JobState s
 
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
     : jobs_(Gauge(r, "trainyard_jobs", "Jobs known to the coordinator, by state")),
-      queue_length_(Gauge(r, "trainyard_queue_length", "Jobs waiting for capacity (PENDING, RESTARTING)").Add({})),
+      queue_length_(
+          Gauge(r, "trainyard_queue_length", "Jobs waiting for capacity (PENDING, RESTARTING)")
+              .Add({})),
       workers_alive_(Gauge(r, "trainyard_workers_alive", "Workers heartbeating").Add({})),
-      workers_registered_(Gauge(r, "trainyard_workers_registered", "Workers ever registered with this coordinator").Add({})),
+      workers_registered_(
+          Gauge(r, "trainyard_workers_registered", "Workers ever registered with this coordinator")
+              .Add({})),
       state_(Gauge(r, "trainyard_job_state", "1 for a job's current state, 0 for the others")),
       step_(Gauge(r, "trainyard_job_step", "Optimizer steps a job has completed")),
       total_steps_(Gauge(r, "trainyard_job_total_steps", "A job's length in steps")),
-      loss_(Gauge(r, "trainyard_job_loss", "Training loss of a job's latest step (mean over ranks)")),
-      samples_per_second_(Gauge(r, "trainyard_job_samples_per_second", "Training throughput of a job's latest step, all ranks")),
-      tokens_per_second_(Gauge(r, "trainyard_job_tokens_per_second", "Training throughput of a job's latest step in tokens, all ranks")),
+      loss_(
+          Gauge(r, "trainyard_job_loss", "Training loss of a job's latest step (mean over ranks)")),
+      samples_per_second_(Gauge(r, "trainyard_job_samples_per_second",
+                                "Training throughput of a job's latest step, all ranks")),
+      tokens_per_second_(Gauge(r, "trainyard_job_tokens_per_second",
+                               "Training throughput of a job's latest step in tokens, all ranks")),
       eta_(Gauge(r, "trainyard_job_eta_seconds", "Estimated time left for a job")),
       restarts_(prometheus::BuildCounter()
                     .Name("trainyard_job_restarts_total")
                     .Help("Attempts of a job that were aborted and restarted")
                     .Register(r)),
-      hung_(Gauge(r, "trainyard_job_hung", "1 when a job's latest attempt was ended by a hang diagnosis")),
+      hung_(Gauge(r, "trainyard_job_hung",
+                  "1 when a job's latest attempt was ended by a hang diagnosis")),
       stragglers_(Gauge(r, "trainyard_job_stragglers", "Ranks of a job flagged as stragglers now")),
-      heartbeat_latency_(prometheus::BuildHistogram()
-                             .Name("trainyard_heartbeat_latency_seconds")
-                             .Help("From a worker sending a heartbeat to the coordinator applying it")
-                             .Register(r)
-                             .Add({}, prometheus::Histogram::BucketBoundaries{
-                                          0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                          0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5})) {}
+      heartbeat_latency_(
+          prometheus::BuildHistogram()
+              .Name("trainyard_heartbeat_latency_seconds")
+              .Help("From a worker sending a heartbeat to the coordinator applying it")
+              .Register(r)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001,
+                                                               0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                               0.1, 0.25, 0.5, 1, 2.5})) {}
 
 void CoordinatorMetrics::Update(const Coordinator::Snapshot& s) {
   for (int st = trainyard::v1::PENDING; st <= trainyard::v1::CANCELLED; ++st) {

@@ -6,15 +6,15 @@
 // coordinator restart); a job's series go when it leaves the snapshot (an hour after it ended).
 #pragma once
 
-#include <memory>
-#include <set>
-#include <string>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+
+#include <memory>
+#include <set>
+#include <string>
 
 #include "server/coordinator.h"
 

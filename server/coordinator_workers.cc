@@ -139,10 +139,9 @@ std::vector<trainyard::v1::WorkerInfo> Coordinator::ListWorkers() {
   std::vector<trainyard::v1::WorkerInfo> out;
   for (const auto& [name, w] : registry_.all()) {
     trainyard::v1::WorkerInfo info = w.info;
-    info.set_last_heartbeat_ms(
-        NowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(clock_->Now() -
-                                                                        w.last_heartbeat)
-                      .count());
+    info.set_last_heartbeat_ms(NowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             clock_->Now() - w.last_heartbeat)
+                                             .count());
     info.set_slots_in_use(used[name]);
     info.set_memory_in_use_bytes(memory[name]);
     out.push_back(std::move(info));

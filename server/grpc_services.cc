@@ -121,8 +121,7 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* ctx, const v1::GetJ
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* ctx,
-                                          const v1::ListJobsRequest* req,
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                           v1::ListJobsResponse* resp) {
   TY_IDENTIFY(caller, Role::kClient);
   StatusOr<v1::ListJobsResponse> out = c_->ListJobs(*req);
@@ -141,8 +140,7 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx,
-                                          const v1::WatchJobRequest* req,
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                           grpc::ServerWriter<v1::JobEvent>* writer) {
   TY_IDENTIFY(caller, Role::kClient);
   StatusOr<std::shared_ptr<Watcher>> watcher = c_->Watch(req->id(), req->from_seq());
@@ -184,7 +182,8 @@ grpc::Status WorkerService::RegisterWorker(grpc::ServerContext* ctx,
 // the commands the coordinator queues, until either side ends, the worker registers again (a
 // newer stream takes over) or the server stops.
 grpc::Status WorkerService::Heartbeat(
-    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::WorkerCommand, v1::WorkerHeartbeat>* stream) {
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::WorkerCommand, v1::WorkerHeartbeat>* stream) {
   TY_IDENTIFY(caller, Role::kWorker);
   v1::WorkerHeartbeat first;
   if (!stream->Read(&first)) return grpc::Status::OK;

@@ -56,10 +56,9 @@ class WorkerService final : public trainyard::v1::Worker::Service {
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const trainyard::v1::RegisterWorkerRequest* req,
                               trainyard::v1::RegisterWorkerResponse* resp) override;
-  grpc::Status Heartbeat(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<trainyard::v1::WorkerCommand, trainyard::v1::WorkerHeartbeat>*
-          stream) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx,
+                         grpc::ServerReaderWriter<trainyard::v1::WorkerCommand,
+                                                  trainyard::v1::WorkerHeartbeat>* stream) override;
   grpc::Status ReportMetrics(grpc::ServerContext* ctx,
                              grpc::ServerReader<trainyard::v1::MetricsReport>* reader,
                              trainyard::v1::ReportMetricsResponse* resp) override;

@@ -53,8 +53,7 @@ std::optional<trainyard::v1::Diagnosis> NameHungRank(const std::vector<RankView>
     d.set_phase(r.reported ? phase : "starting");
     d.set_step(r.status.step());
     d.set_collective_seq(seq);
-    const double age =
-        (silent ? r.status.report_age_ms() : r.status.phase_age_ms()) / 1000.0;
+    const double age = (silent ? r.status.report_age_ms() : r.status.phase_age_ms()) / 1000.0;
     d.set_seconds(age);
     std::string others;
     for (int w : waiters) others += (others.empty() ? "" : ", ") + std::to_string(w);

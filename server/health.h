@@ -72,8 +72,8 @@ std::optional<trainyard::v1::Diagnosis> FindHang(const std::vector<RankView>& ra
 inline constexpr double kSlowPhaseFactor = 10;
 
 // Flags ranks whose mean compute time per step (the step without its all-reduce wait) over the
-// last `window` steps is above factor x the median of the other ranks' means; a flag clears when the
-// rank drops below. Needs every rank to have a full window. A rank must also be at least
+// last `window` steps is above factor x the median of the other ranks' means; a flag clears when
+// the rank drops below. Needs every rank to have a full window. A rank must also be at least
 // kMinExcessSeconds slower: steps of a few milliseconds vary by multiples from noise alone.
 class StragglerDetector {
  public:

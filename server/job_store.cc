@@ -476,8 +476,7 @@ Status CreateStore(const std::string& path) {
   Status s = ReplaceFile(path, path + ".init", [&](const std::string& tmp) {
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
     sqlite3* db = nullptr;
-    int rc =
-        sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    int rc = sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
     if (rc == SQLITE_OK) rc = sqlite3_exec(db, init.c_str(), nullptr, nullptr, nullptr);
     const std::string error = rc == SQLITE_OK ? "" : db ? sqlite3_errmsg(db) : "out of memory";
     if (sqlite3_close(db) != SQLITE_OK || !error.empty()) {

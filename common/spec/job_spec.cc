@@ -140,8 +140,7 @@ class Reader {
     if (v == nullptr) return;
     if (v->is_integer() && v->int_value() >= 0) {
       *out = static_cast<uint64_t>(v->int_value());
-    } else if (v->is_string() && !v->string_value().empty() &&
-               v->string_value().size() <= 20 &&
+    } else if (v->is_string() && !v->string_value().empty() && v->string_value().size() <= 20 &&
                std::all_of(v->string_value().begin(), v->string_value().end(),
                            [](char c) { return c >= '0' && c <= '9'; })) {
       errno = 0;
@@ -339,7 +338,8 @@ class Reader {
       char* end = nullptr;
       errno = 0;
       long long n = std::strtoll(s.c_str(), &end, 10);
-      if (errno == 0 && end == s.c_str() + s.size() && !std::isspace(static_cast<unsigned char>(s[0]))) {
+      if (errno == 0 && end == s.c_str() + s.size() &&
+          !std::isspace(static_cast<unsigned char>(s[0]))) {
         return n;
       }
     }
@@ -354,7 +354,8 @@ class Reader {
       if (s == "-Infinity") return -kInf;
       char* end = nullptr;
       double d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end == s.c_str() + s.size() && !std::isspace(static_cast<unsigned char>(s[0]))) {
+      if (!s.empty() && end == s.c_str() + s.size() &&
+          !std::isspace(static_cast<unsigned char>(s[0]))) {
         return d;
       }
     }

@@ -11,12 +11,12 @@
 #include "kernels/cuda/backend.h"
 
 // A CUDA call that must succeed (a failure is a bug or a lost device): aborts naming the call.
-#define TY_CUDA_CHECK(expr)                                                           \
-  do {                                                                                \
-    const cudaError_t ty_cuda_err_ = (expr);                                          \
-    TY_CHECK(ty_cuda_err_ == cudaSuccess)                                             \
-        << #expr << " failed: " << cudaGetErrorString(ty_cuda_err_) << " ("           \
-        << static_cast<int>(ty_cuda_err_) << ")";                                     \
+#define TY_CUDA_CHECK(expr)                                                 \
+  do {                                                                      \
+    const cudaError_t ty_cuda_err_ = (expr);                                \
+    TY_CHECK(ty_cuda_err_ == cudaSuccess)                                   \
+        << #expr << " failed: " << cudaGetErrorString(ty_cuda_err_) << " (" \
+        << static_cast<int>(ty_cuda_err_) << ")";                           \
   } while (0)
 
 namespace trainyard::kernels::cuda {

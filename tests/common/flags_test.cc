@@ -7,14 +7,18 @@ namespace {
 
 Flags Make() {
   Flags f("usage: test");
-  f.Value("listen", "127.0.0.1:7600", "address").Value("set", "", "override").Switch("insecure", "plaintext");
+  f.Value("listen", "127.0.0.1:7600", "address")
+      .Value("set", "", "override")
+      .Switch("insecure", "plaintext");
   f.Alias("-l", "listen");
   return f;
 }
 
 TEST(FlagsTest, ReadsValuesSwitchesAliasesRepeatsAndPositionals) {
   Flags f = Make();
-  ASSERT_TRUE(f.Parse({"spec.yaml", "--listen=0.0.0.0:1", "--insecure", "--set", "a=1", "--set", "b=2"}).ok());
+  ASSERT_TRUE(
+      f.Parse({"spec.yaml", "--listen=0.0.0.0:1", "--insecure", "--set", "a=1", "--set", "b=2"})
+          .ok());
   EXPECT_EQ(f.Get("listen"), "0.0.0.0:1");
   EXPECT_TRUE(f.On("insecure"));
   EXPECT_EQ(f.All("set"), (std::vector<std::string>{"a=1", "b=2"}));
@@ -36,7 +40,8 @@ TEST(FlagsTest, NamesAnUnknownFlagAMissingValueAndABadNumber) {
   ASSERT_TRUE(h.Parse({"--set", "12x"}).ok());
   StatusOr<int64_t> n = h.Int("set", 0, 10);
   EXPECT_FALSE(n.ok());
-  EXPECT_NE(n.status().message().find("--set \"12x\": must be an integer in [0, 10]"), std::string::npos);
+  EXPECT_NE(n.status().message().find("--set \"12x\": must be an integer in [0, 10]"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -336,10 +336,10 @@ TEST(AcceptanceTest, KjvGptValidationLossFallsSteadily) {
   TempDir dir;
   const std::string text = kSource + "/data/kjv.txt";
   ASSERT_TRUE(fs::exists(text)) << text << " is missing: run scripts/get-data.sh";
-  ProcessResult r = Train({kSource + "/examples/kjv-gpt.yaml", "-o", "json",
-                           "--set", "data.text.path=" + text, "--set", "steps=240",
-                           "--set", "eval.every_steps=60", "--set", "schedule.cosine.warmup_steps=20",
-                           "--set", "checkpoint.dir=" + dir.path() + "/run"});
+  ProcessResult r =
+      Train({kSource + "/examples/kjv-gpt.yaml", "-o", "json", "--set", "data.text.path=" + text,
+             "--set", "steps=240", "--set", "eval.every_steps=60", "--set",
+             "schedule.cosine.warmup_steps=20", "--set", "checkpoint.dir=" + dir.path() + "/run"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<double> curve;
   std::regex eval_re(R"(eval at step (\d+): loss ([0-9.]+))");

@@ -6,10 +6,12 @@ namespace trainyard::rpc {
 namespace {
 
 TEST(RpcTest, LoopbackIsTheWhole127NetworkIpv6OneAndLocalhostOnly) {
-  for (const char* a : {"127.0.0.1:7600", "127.1.2.3:1", "localhost:7600", "[::1]:7600", "::1", "127.0.0.1"}) {
+  for (const char* a :
+       {"127.0.0.1:7600", "127.1.2.3:1", "localhost:7600", "[::1]:7600", "::1", "127.0.0.1"}) {
     EXPECT_TRUE(IsLoopback(a)) << a;
   }
-  for (const char* a : {"127.evil.example:7600", "10.0.0.1:7600", "coordinator:7600", "[::2]:1", "128.0.0.1"}) {
+  for (const char* a :
+       {"127.evil.example:7600", "10.0.0.1:7600", "coordinator:7600", "[::2]:1", "128.0.0.1"}) {
     EXPECT_FALSE(IsLoopback(a)) << a;
   }
 }
@@ -29,7 +31,8 @@ TEST(RpcTest, TlsFilesThatAreNotPemAreNamed) {
   o.tls.ca = "/nonexistent/ca.pem";
   StatusOr<std::shared_ptr<grpc::Channel>> c = MakeChannel("10.0.0.1:7600", o);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("CA certificate /nonexistent/ca.pem: cannot read"), std::string::npos);
+  EXPECT_NE(c.status().message().find("CA certificate /nonexistent/ca.pem: cannot read"),
+            std::string::npos);
 }
 
 }  // namespace

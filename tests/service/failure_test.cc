@@ -21,10 +21,11 @@ using testing::WaitUntil;
 
 // Fashion-MNIST through a small MLP on two ranks, checkpointing every `every` steps.
 std::string Spec(const std::string& name, int steps, int every, const std::string& extra = "") {
-  return R"({"name":")" + name + R"(","model":{"mlp":{"sizes":[784,128,10]}},)"
+  return R"({"name":")" + name +
+         R"(","model":{"mlp":{"sizes":[784,128,10]}},)"
          R"("data":{"fashion_mnist":{"limit":12800},"num_workers":0},"optimizer":{"sgd":{"lr":0.05}},)"
-         R"("batch_size":32,"steps":)" + std::to_string(steps) +
-         R"(,"checkpoint":{"every_steps":)" + std::to_string(every) +
+         R"("batch_size":32,"steps":)" +
+         std::to_string(steps) + R"(,"checkpoint":{"every_steps":)" + std::to_string(every) +
          R"(},"parallelism":{"world_size":2,"collective_timeout_seconds":60})" + extra + "}";
 }
 
@@ -160,7 +161,8 @@ TEST(FailureTest, StoppedRankIsNamedHungAndTheAttemptRestarted) {
   EXPECT_EQ(hang.worker(), "w1");
   EXPECT_EQ(hang.host(), "127.0.0.1");
   EXPECT_GT(hang.collective_seq(), 0);
-  EXPECT_NE(hang.message().find("rank " + std::to_string(stopped_rank) + " on w1"), std::string::npos)
+  EXPECT_NE(hang.message().find("rank " + std::to_string(stopped_rank) + " on w1"),
+            std::string::npos)
       << hang.message();
   // Restarted: a second attempt runs (the stopped process was killed).
   ASSERT_TRUE(SecondAttemptRuns(watch)) << watch.Describe() << cluster.Logs();
@@ -218,7 +220,8 @@ TEST(FailureTest, AThrottledRankIsFlaggedAsAStragglerAndClearedAfterwards) {
   std::vector<pid_t> ranks = cluster.RankPids(1);
   ASSERT_EQ(ranks.size(), 1u);
   auto diagnosed = [&](v1::Diagnosis::Kind kind) {
-    return [kind](const v1::JobEvent& e) { return e.has_diagnosis() && e.diagnosis().kind() == kind; };
+    return
+        [kind](const v1::JobEvent& e) { return e.has_diagnosis() && e.diagnosis().kind() == kind; };
   };
   std::atomic<bool> throttle{true};
   std::thread throttler([&] {

@@ -45,8 +45,9 @@ void MakeCertificates(const std::string& dir) {
 
 ClusterOptions Secure(const std::string& dir, bool worker_certs) {
   ClusterOptions o;
-  o.coordinator_flags = {"--tls-cert", dir + "/server.pem", "--tls-key", dir + "/server.key",
-                         "--tls-client-ca", dir + "/ca.pem", "--tokens-file", dir + "/tokens"};
+  o.coordinator_flags = {"--tls-cert",        dir + "/server.pem", "--tls-key",
+                         dir + "/server.key", "--tls-client-ca",   dir + "/ca.pem",
+                         "--tokens-file",     dir + "/tokens"};
   o.worker_flags = {"--ca-cert", dir + "/ca.pem"};
   if (worker_certs) {
     o.worker_flags.insert(o.worker_flags.end(),
@@ -121,10 +122,10 @@ TEST(SecurityTest, ClientCallsWithoutAValidTokenAreUnauthenticated) {
   }
   // The CLI reads the token from the environment too.
   ::setenv("TRAINYARD_TOKEN", "s3cret-token", 1);
-  testing::ProcessResult r = testing::RunProcess(
-      {std::string(TY_BIN_DIR) + "/trainyard", "list", "--coordinator", cluster.address(),
-       "--ca-cert", dir.File("ca.pem")},
-      30s);
+  testing::ProcessResult r =
+      testing::RunProcess({std::string(TY_BIN_DIR) + "/trainyard", "list", "--coordinator",
+                           cluster.address(), "--ca-cert", dir.File("ca.pem")},
+                          30s);
   ::unsetenv("TRAINYARD_TOKEN");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   r = testing::RunProcess({std::string(TY_BIN_DIR) + "/trainyard", "list", "--coordinator",

@@ -18,7 +18,7 @@ using testing::TempDir;
 
 struct Bad {
   std::string what;
-  std::string spec;      // JSON
+  std::string spec;  // JSON
   StatusCode code;
   std::string expected;  // a part of the message
 };
@@ -37,35 +37,46 @@ TEST(SpecErrorsTest, TwentyMalformedSpecsEachGetAClearErrorAndTheCoordinatorKeep
   ASSERT_TRUE(cluster.Start(&error)) << error;
   const StatusCode kInvalid = StatusCode::kInvalidArgument;
   const std::vector<Bad> bad = {
-      {"zero batch", With(R"("batch_size":0)"), kInvalid, "batch_size = 0: must be in [1, 1048576]"},
+      {"zero batch", With(R"("batch_size":0)"), kInvalid,
+       "batch_size = 0: must be in [1, 1048576]"},
       {"negative batch", With(R"("batch_size":-8)"), kInvalid, "batch_size = -8"},
-      {"negative lr", R"({"model":{"mlp":{"sizes":[784,10]}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{"lr":-1}}})",
+      {"negative lr",
+       R"({"model":{"mlp":{"sizes":[784,10]}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{"lr":-1}}})",
        kInvalid, "optimizer.sgd.lr = -1"},
-      {"zero steps", R"({"model":{"mlp":{"sizes":[784,10]}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}},"steps":0})",
+      {"zero steps",
+       R"({"model":{"mlp":{"sizes":[784,10]}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}},"steps":0})",
        kInvalid, "steps = 0"},
       {"steps and epochs", With(R"("epochs":1)"), kInvalid, "steps"},
-      {"unknown model", R"({"model":{"transformer":{}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}}})",
+      {"unknown model",
+       R"({"model":{"transformer":{}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}}})",
        kInvalid, "transformer"},
-      {"unknown dataset", R"({"model":{"mlp":{"sizes":[784,10]}},"data":{"imagenet":{}},"optimizer":{"sgd":{}}})",
+      {"unknown dataset",
+       R"({"model":{"mlp":{"sizes":[784,10]}},"data":{"imagenet":{}},"optimizer":{"sgd":{}}})",
        kInvalid, "imagenet"},
       {"unknown field", With(R"("epocs":1)"), kInvalid, "did you mean epochs"},
-      {"absurd width", R"({"model":{"mlp":{"sizes":[784,1000000000000,10]}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}}})",
+      {"absurd width",
+       R"({"model":{"mlp":{"sizes":[784,1000000000000,10]}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}}})",
        kInvalid, "model.mlp.sizes"},
-      {"absurd gpt", R"({"model":{"gpt":{"n_embd":256,"n_head":5}},"data":{"text":{"path":"x.txt"}},"optimizer":{"adamw":{}}})",
+      {"absurd gpt",
+       R"({"model":{"gpt":{"n_embd":256,"n_head":5}},"data":{"text":{"path":"x.txt"}},"optimizer":{"adamw":{}}})",
        kInvalid, "n_head = 5"},
       {"batch as string", With(R"("batch_size":"big")"), kInvalid, "batch_size"},
-      {"sizes as number", R"({"model":{"mlp":{"sizes":784}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}}})",
+      {"sizes as number",
+       R"({"model":{"mlp":{"sizes":784}},"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}}})",
        kInvalid, "model.mlp.sizes"},
-      {"missing model", R"({"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}}})", kInvalid, "model: required"},
+      {"missing model", R"({"data":{"fashion_mnist":{}},"optimizer":{"sgd":{}}})", kInvalid,
+       "model: required"},
       {"not an object", R"([1,2,3])", kInvalid, "expected an object"},
       {"not json", R"({"model": )", kInvalid, "spec_json is not JSON"},
       {"empty", "", kInvalid, "not JSON"},
-      {"zero world size", With(R"("parallelism":{"world_size":0})"), kInvalid, "parallelism.world_size = 0"},
-      {"more ranks than exist", With(R"("parallelism":{"world_size":64})"), StatusCode::kFailedPrecondition,
-       "needs 64 CPU slots; the 2 alive workers have 2"},
+      {"zero world size", With(R"("parallelism":{"world_size":0})"), kInvalid,
+       "parallelism.world_size = 0"},
+      {"more ranks than exist", With(R"("parallelism":{"world_size":64})"),
+       StatusCode::kFailedPrecondition, "needs 64 CPU slots; the 2 alive workers have 2"},
       {"cuda without gpus", With(R"("device":"cuda")"), StatusCode::kFailedPrecondition,
        "needs 1 GPUs; the 2 alive workers have 0 GPUs"},
-      {"too big", With(R"("name":")" + std::string(2 << 20, 'a') + "\""), kInvalid, "at most 1048576"},
+      {"too big", With(R"("name":")" + std::string(2 << 20, 'a') + "\""), kInvalid,
+       "at most 1048576"},
   };
   ASSERT_EQ(bad.size(), 20u);
   for (const Bad& b : bad) {
@@ -107,13 +118,14 @@ TEST(SpecErrorsTest, TheCliSubmitPrintsEveryProblemAndExitsTwo) {
   std::string error;
   ASSERT_TRUE(cluster.Start(&error)) << error;
   {
-    std::ofstream(dir.File("bad.yaml")) << "model: {mlp: {sizes: [784, 10]}}\ndata: {fashion_mnist: {}}\n"
-                                           "optimizer: {sgd: {lr: -1}}\nbatch_size: 0\n";
+    std::ofstream(dir.File("bad.yaml"))
+        << "model: {mlp: {sizes: [784, 10]}}\ndata: {fashion_mnist: {}}\n"
+           "optimizer: {sgd: {lr: -1}}\nbatch_size: 0\n";
   }
-  testing::ProcessResult r = testing::RunProcess(
-      {std::string(TY_BIN_DIR) + "/trainyard", "submit", dir.File("bad.yaml"), "--coordinator",
-       cluster.address()},
-      30s);
+  testing::ProcessResult r =
+      testing::RunProcess({std::string(TY_BIN_DIR) + "/trainyard", "submit", dir.File("bad.yaml"),
+                           "--coordinator", cluster.address()},
+                          30s);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("2 problems"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("optimizer.sgd.lr = -1"), std::string::npos) << r.err;

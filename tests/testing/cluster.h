@@ -144,7 +144,7 @@ struct ClusterOptions {
   double heartbeat_timeout = 10;
   std::vector<std::string> coordinator_flags;  // e.g. TLS and tokens
   std::vector<std::string> worker_flags;       // "{name}" in a flag becomes the worker's name
-  client::ConnectOptions connect;  // TLS and token of the test's client
+  client::ConnectOptions connect;              // TLS and token of the test's client
 };
 
 class Cluster {

@@ -113,7 +113,8 @@ class Subprocess {
 };
 
 // Runs argv to completion (killed after `timeout`).
-inline ProcessResult RunProcess(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+inline ProcessResult RunProcess(const std::vector<std::string>& argv,
+                                std::chrono::milliseconds timeout) {
   Subprocess p(argv);
   return p.Wait(timeout);
 }

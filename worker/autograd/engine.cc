@@ -45,10 +45,10 @@ class Engine {
 
  private:
   struct Task {
-    int64_t deps = 0;     // edges from nodes of this run that have not yet delivered
-    bool needed = true;   // Apply must run (Grad(): some capture lies below)
-    bool capture = false; // Grad(): a gradient flowing into this node is a result
-    GradList pending;     // gradients received, one slot per forward output
+    int64_t deps = 0;            // edges from nodes of this run that have not yet delivered
+    bool needed = true;          // Apply must run (Grad(): some capture lies below)
+    bool capture = false;        // Grad(): a gradient flowing into this node is a result
+    GradList pending;            // gradients received, one slot per forward output
     SmallVector<Task*, 2> next;  // the tasks of the node's edges, in edge order (or null)
   };
 

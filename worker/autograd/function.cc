@@ -67,8 +67,8 @@ std::vector<Tensor> FinishCustomFunction(const std::vector<Tensor>& inputs,
   ctx.node_ = node.get();
   node->set_num_outputs(static_cast<uint32_t>(outputs.size()));
   for (size_t i = 0; i < outputs.size(); ++i) {
-    TY_CHECK(outputs[i].defined()) << node->name() << ": Forward returned an undefined output "
-                                   << i;
+    TY_CHECK(outputs[i].defined())
+        << node->name() << ": Forward returned an undefined output " << i;
     // Fresh handles over the same data, so an output that aliases an input gets its own
     // history without touching the input's.
     outputs[i] = outputs[i].detach();

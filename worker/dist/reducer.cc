@@ -101,7 +101,7 @@ class Reducer::State {
   mutable std::mutex mu_;
   std::vector<ParamSlot> slots_;
   std::vector<char> ready_;       // per parameter, this backward
-  std::vector<char> used_;  // per parameter: got a gradient in a no_sync backward this step
+  std::vector<char> used_;        // per parameter: got a gradient in a no_sync backward this step
   std::vector<int> pending_;      // per bucket: parameters not yet ready
   std::vector<Tensor> comm_;      // per bucket: what travels (the buffer or a compressed copy)
   std::vector<Tensor> comm_out_;  // shard_gradients: the reduce-scatter output (shard or a copy)

@@ -81,7 +81,8 @@ StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const ProcessOptions& 
 RankProcess::~RankProcess() {
   Signal(SIGKILL);
   // Bounded: a process stuck in the kernel (uninterruptible I/O) is left to init.
-  for (int i = 0; i < 500 && !Reap(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && !Reap(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CloseOutput();
 }
 

@@ -33,7 +33,8 @@ struct SafetensorsFile {
 // run concurrently.
 // Errors: InvalidArgument for a repeated or reserved ("__metadata__") name, an undefined tensor,
 // or two tensors sharing memory (safetensors stores each tensor on its own, as PyTorch's
-// safetensors also insists); the errno's code (NotFound, PermissionDenied, ResourceExhausted, Internal) for I/O failures.
+// safetensors also insists); the errno's code (NotFound, PermissionDenied, ResourceExhausted,
+// Internal) for I/O failures.
 Status SaveSafetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

@@ -67,9 +67,9 @@ struct CheckpointState {
   std::map<std::string, GeneratorState> generators;  // other named generators; not "default"
   int64_t world_size = 1;
   int64_t total_steps = 0;  // the length of the run that wrote it (0: not recorded)
-  Json spec;            // the job spec, stored as given
-  double saved_at = 0;  // Unix seconds; CheckpointManager::Save sets it from its clock
-  RunIdentity run;      // who wrote it; spec_digest "" (not written) for none
+  Json spec;                // the job spec, stored as given
+  double saved_at = 0;      // Unix seconds; CheckpointManager::Save sets it from its clock
+  RunIdentity run;          // who wrote it; spec_digest "" (not written) for none
 };
 
 struct FileDigest {

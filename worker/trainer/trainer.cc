@@ -288,25 +288,35 @@ Tensor Trainer::ForwardLoss(const Tensor& input, const Tensor& target) const {
 
 const char* PhaseName(Phase phase) {
   switch (phase) {
-    case Phase::kStarting: return "starting";
-    case Phase::kData: return "data";
-    case Phase::kForward: return "forward";
-    case Phase::kBackward: return "backward";
-    case Phase::kAllReduceWait: return "allreduce_wait";
-    case Phase::kOptimizer: return "optimizer";
-    case Phase::kDeviceWait: return "device_wait";
-    case Phase::kEvaluate: return "evaluate";
-    case Phase::kCheckpoint: return "checkpoint";
-    case Phase::kDone: return "done";
+    case Phase::kStarting:
+      return "starting";
+    case Phase::kData:
+      return "data";
+    case Phase::kForward:
+      return "forward";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kAllReduceWait:
+      return "allreduce_wait";
+    case Phase::kOptimizer:
+      return "optimizer";
+    case Phase::kDeviceWait:
+      return "device_wait";
+    case Phase::kEvaluate:
+      return "evaluate";
+    case Phase::kCheckpoint:
+      return "checkpoint";
+    case Phase::kDone:
+      return "done";
   }
   return "unknown";
 }
 
 void Progress::Set(Phase p) {
   phase.store(static_cast<int>(p));
-  phase_since_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           SteadyClock::now().time_since_epoch())
-                           .count());
+  phase_since_ns.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
+          .count());
 }
 
 }  // namespace trainyard::trainer

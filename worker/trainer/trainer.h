@@ -137,17 +137,25 @@ struct TrainSummary {
 // What the training thread is doing now, for health reports read from another thread (a rank
 // under the worker daemon reports it every half second; the coordinator names a hung rank by it).
 enum class Phase : int {
-  kStarting, kData, kForward, kBackward, kAllReduceWait, kOptimizer, kDeviceWait, kEvaluate,
-  kCheckpoint, kDone
+  kStarting,
+  kData,
+  kForward,
+  kBackward,
+  kAllReduceWait,
+  kOptimizer,
+  kDeviceWait,
+  kEvaluate,
+  kCheckpoint,
+  kDone
 };
 // "starting", "data", ..., "allreduce_wait", ..., "done". kDeviceWait ("device_wait"): the
 // step's last wait for its device (for the loss), while a GPU rank's queued work runs.
 const char* PhaseName(Phase phase);
 
 struct Progress {
-  std::atomic<int> phase{0};                // a Phase
-  std::atomic<int64_t> step{0};             // steps completed
-  std::atomic<int64_t> phase_since_ns{0};   // steady clock, when the phase began
+  std::atomic<int> phase{0};               // a Phase
+  std::atomic<int64_t> step{0};            // steps completed
+  std::atomic<int64_t> phase_since_ns{0};  // steady clock, when the phase began
   void Set(Phase p);
 };
 
@@ -294,8 +302,8 @@ class Trainer {
   int rank_ = 0;
   int world_size_ = 1;
   std::unique_ptr<optim::LrSchedule> schedule_;
-  Device device_;                                // spec.device: cpu, or this rank's GPU
-  std::unique_ptr<data::DeviceCopier> copier_;   // batches to device_ (CUDA only)
+  Device device_;                               // spec.device: cpu, or this rank's GPU
+  std::unique_ptr<data::DeviceCopier> copier_;  // batches to device_ (CUDA only)
   // The step's phases on device_'s stream, read after the step's wait for the loss: each span
   // adds the time from one mark to another to a StepMetrics field.
   std::unique_ptr<StreamTimer> timer_;

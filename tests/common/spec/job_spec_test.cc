@@ -293,8 +293,10 @@ TEST(JobSpecTest, ChecksRelationsBetweenFields) {
   text = ProblemsOf(gpt);
   EXPECT_THAT(text, HasSubstr("model.gpt.n_head = 3: must divide model.gpt.n_embd = 256"));
   EXPECT_THAT(text, HasSubstr("model.gpt: cannot train on data.fashion_mnist"));
-  EXPECT_THAT(text, HasSubstr("schedule.cosine.min_lr = 0.01: must be in [0, optimizer.adamw.lr = 0.001]"));
-  EXPECT_THAT(text, HasSubstr("schedule.cosine.total_steps = 5: must be greater than warmup_steps = 5"));
+  EXPECT_THAT(
+      text, HasSubstr("schedule.cosine.min_lr = 0.01: must be in [0, optimizer.adamw.lr = 0.001]"));
+  EXPECT_THAT(text,
+              HasSubstr("schedule.cosine.total_steps = 5: must be greater than warmup_steps = 5"));
   EXPECT_THAT(text, HasSubstr("name = \"Bad Name\": must be 1 to 63 characters"));
 }
 

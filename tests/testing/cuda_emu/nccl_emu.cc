@@ -102,7 +102,7 @@ struct Clique {
   int joined_count = 0;
   std::vector<int> devices;  // each rank's device once it has joined; -1 before
   std::string duplicate;     // set when two ranks share a device, which NCCL refuses
-  std::vector<bool> gone;  // aborted or destroyed: never contributes again
+  std::vector<bool> gone;    // aborted or destroyed: never contributes again
   std::map<uint64_t, Round> rounds;
 };
 

@@ -10,7 +10,6 @@
 #include <limits>
 #include <thread>
 
-
 namespace trainyard::dist {
 namespace {
 

@@ -7,8 +7,8 @@
 
 #include "tests/testing/gradcheck.h"
 #include "worker/autograd/engine.h"
-#include "worker/ops/reduction.h"
 #include "worker/ops/activation.h"
+#include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
 
 namespace trainyard::ops {

@@ -155,7 +155,8 @@ TEST_F(TrainerTest, EachStepReportsTheTensorMemoryPeakSinceTheStepBefore) {
   for (const StepMetrics& m : steps) {
     EXPECT_GT(m.memory.allocated_bytes, 0) << "step " << m.step;  // the model at least
     EXPECT_GE(m.memory.peak_allocated_bytes, m.memory.allocated_bytes) << "step " << m.step;
-    EXPECT_LT(m.memory.peak_allocated_bytes, kBig) << "step " << m.step << ": the peak is the run's own";
+    EXPECT_LT(m.memory.peak_allocated_bytes, kBig)
+        << "step " << m.step << ": the peak is the run's own";
     EXPECT_GE(m.memory.reserved_bytes, kBig) << "the CPU allocator keeps the freed block";
   }
 }

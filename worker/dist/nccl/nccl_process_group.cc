@@ -425,11 +425,11 @@ void NcclProcessGroup::LaunchOp(Op op) {
     return;
   }
   if (!op.ready_error.ok() || waited != cudaSuccess) {  // not run: its inputs may not be ready
-    const Status error = InternalError(
-        op.work->name() + ": " +
-        (op.ready_error.ok() ? "cannot wait for the compute stream: " +
-                                   std::string(cudaGetErrorString(waited))
-                             : op.ready_error.message()));
+    const Status error =
+        InternalError(op.work->name() + ": " +
+                      (op.ready_error.ok() ? "cannot wait for the compute stream: " +
+                                                 std::string(cudaGetErrorString(waited))
+                                           : op.ready_error.message()));
     in_flight_.push_back(std::move(op));
     return Break(&in_flight_.back(), error);
   }
