@@ -3,7 +3,7 @@
 files under 500 lines, functions under 40): no file over 1,000 lines, no function over 80, and
 nothing clang-format (.clang-format) would change. Exits 1 naming every breach.
 
-usage: check_code_shape.py [--no-format] [REPO_DIR]
+usage: check_code_shape.py [--no-format] [REPO_DIR] | --self-test
 
 A function is a brace block opened at namespace or class level after a parameter list; its
 length runs from the line its signature starts on to its closing brace. Lambdas and blocks
@@ -82,8 +82,9 @@ def functions(text):
             kind = block_kind(s[head_start:i]) if inside_scope else "other"
             if kind == "function":
                 head = s[head_start:i]
-                first = head_start + len(head) - len(head.lstrip())
-                name = re.findall(r"([~\w:]+)\s*\(", head)
+                label = re.match(r"\s*(?:(?:public|private|protected)\s*:(?!:)\s*)*", head)
+                first = head_start + label.end()
+                name = re.findall(r"(operator\s*[^\s(]+|[~\w:]+)\s*\(", head)
                 stack.append(("function", s.count("\n", 0, first) + 1, name[0] if name else "?"))
             else:
                 stack.append(kind)
@@ -111,7 +112,27 @@ def tracked_sources(repo):
     return sorted(f for f in files if SOURCE.search(f))
 
 
+def self_test():
+    """The counting rules, on samples: what the guard would miss if they broke."""
+    body = "\n".join("  x += %d;" % i for i in range(79))
+    long_fn = "namespace a {\nint F(int x) {\n" + body + "\n  return x;\n}\n}  // namespace a\n"
+    assert functions(long_fn) == [("F", 2, 82)], functions(long_fn)
+    sample = (
+        "class C {\n public:\n  int G() const { return 1; }\n"
+        "  void H(int y) {\n    if (y) {\n      auto f = [&](int z) { return z; };\n    }\n  }\n};\n"
+        "const char* s = \"not { a block\";  // nor { this\n"
+        "bool operator==(const C& a, const C& b) {\n  return true;\n}\n"
+        "enum class E { kA, kB };\n"
+        "TEST_F(Suite, Case) {\n  EXPECT_TRUE(true);\n}\n")
+    got = functions(sample)
+    assert got == [("G", 3, 1), ("H", 4, 5), ("operator==", 11, 3), ("TEST_F", 15, 3)], got
+    print("self-test passed")
+    return 0
+
+
 def main(argv):
+    if "--self-test" in argv:
+        return self_test()
     check_format = "--no-format" not in argv
     args = [a for a in argv if a != "--no-format"]
     repo = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(__file__), ".."))
