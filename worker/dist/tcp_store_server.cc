@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <list>
 #include <mutex>
@@ -83,9 +84,11 @@ class TcpStoreServerImpl final : public TcpStoreServer {
     core_.Open(scope_);
     acceptor_ = std::thread([this] { Accept(); });
   }
-  // Closing the scope wakes every parked get and wait; shutting the sockets down ends every
-  // thread's blocking accept or recv.
+  // Closing the scope wakes every parked get and wait, which then go unanswered (their
+  // clients see the server gone: Unavailable); shutting the sockets down ends every thread's
+  // blocking accept or recv.
   ~TcpStoreServerImpl() override {
+    stopping_ = true;
     core_.Close(scope_.job_id, scope_.attempt);
     ::shutdown(listen_fd_, SHUT_RDWR);
     acceptor_.join();
@@ -118,6 +121,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   Rendezvous core_;
   const Rendezvous::Scope scope_{"local", 1, RandomHex(16)};
   std::thread acceptor_;
+  std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::list<Connection> connections_;  // guarded by mu_ until the acceptor has stopped
 };
@@ -145,7 +149,8 @@ void TcpStoreServerImpl::Serve(int fd) {
     if (used < 0) return;  // not our protocol: stop answering
     if (used > 0) {
       in.erase(0, static_cast<size_t>(used));
-      if (!SendAll(fd, EncodeFrame(Answer(core_, scope_, req)))) return;
+      const std::vector<std::string> reply = Answer(core_, scope_, req);
+      if (stopping_ || !SendAll(fd, EncodeFrame(reply))) return;
       continue;
     }
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
