@@ -92,12 +92,8 @@ void PumpOutput(std::vector<Child>& children, std::chrono::milliseconds timeout)
   std::vector<RankProcess*> processes;
   for (Child& c : children) processes.push_back(c.process.get());
   RankProcess::PollLines(processes, timeout,
-                         [&](RankProcess& p, RankProcess::Stream, const std::string& line) {
-                           for (const Child& c : children) {
-                             if (c.process.get() == &p) {
-                               Say("[rank " + std::to_string(c.rank) + "] " + line);
-                             }
-                           }
+                         [&](size_t i, RankProcess::Stream, const std::string& line) {
+                           Say("[rank " + std::to_string(children[i].rank) + "] " + line);
                          });
 }
 

@@ -345,10 +345,10 @@ StatusOr<int> ResolveNproc(const TrainArgs& a, const spec::JobSpec& spec, bool s
     char* end = nullptr;
     errno = 0;
     const long n = std::strtol(a.nproc->c_str(), &end, 10);
-    if (a.nproc->empty() || *end != '\0' || errno != 0 || n < 1 || n > ranks::kMaxRanks) {
+    if (a.nproc->empty() || *end != '\0' || errno != 0 || n < 1 || n > spec::kMaxWorldSize) {
       return InvalidArgumentError("--nproc \"" + *a.nproc +
                                   "\": must be a number of processes in [1, " +
-                                  std::to_string(ranks::kMaxRanks) + "]");
+                                  std::to_string(spec::kMaxWorldSize) + "]");
     }
     nproc = static_cast<int>(n);
     if (sets_world_size && nproc != world_size) {

@@ -30,9 +30,8 @@ class FdCloser {
   int fd_;
 };
 
-}  // namespace
-
-Status WriteFileSynced(const std::string& path, const std::string& bytes) {
+// Creates or truncates `path` and writes `bytes`, then fsyncs it when `sync`.
+Status WriteFile(const std::string& path, const std::string& bytes, bool sync) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("creating \"" + path + "\"");
   FdCloser closer(fd);
@@ -43,8 +42,14 @@ Status WriteFileSynced(const std::string& path, const std::string& bytes) {
     if (n < 0) return ErrnoStatus("writing \"" + path + "\"");
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) return ErrnoStatus("syncing \"" + path + "\"");
+  if (sync && ::fsync(fd) != 0) return ErrnoStatus("syncing \"" + path + "\"");
   return closer.Close(path);
+}
+
+}  // namespace
+
+Status WriteFileSynced(const std::string& path, const std::string& bytes) {
+  return WriteFile(path, bytes, /*sync=*/true);
 }
 
 Status SyncDirectory(const std::string& dir) {
@@ -77,8 +82,9 @@ Status ReplaceFile(const std::string& path, const std::string& tmp,
 }
 
 Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  Status s = ReplaceFile(path, path + ".tmp-" + std::to_string(::getpid()),
-                         [&](const std::string& tmp) { return WriteFileSynced(tmp, bytes); });
+  Status s =
+      ReplaceFile(path, path + ".tmp-" + std::to_string(::getpid()),
+                  [&](const std::string& tmp) { return WriteFile(tmp, bytes, /*sync=*/false); });
   if (s.code() == StatusCode::kNotFound) {
     return NotFoundError("writing \"" + path + "\": " + std::string(s.message()));
   }

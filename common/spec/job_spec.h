@@ -160,6 +160,9 @@ struct CheckpointSpec {
   std::string resume_from;  // a step directory of another run to continue (Note [Run identity])
 };
 
+// parallelism.world_size's bound: the most ranks a job, or `trainyard train --nproc`, has.
+inline constexpr int kMaxWorldSize = 4096;
+
 // Data parallelism across processes (ranks); see ParallelismSpec in job.proto.
 struct ParallelismSpec {
   int world_size = 1;                         // ranks in all

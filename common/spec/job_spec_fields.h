@@ -30,7 +30,6 @@ namespace trainyard::spec::internal {
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 inline constexpr int64_t kMaxBatch = 1 << 20;
 inline constexpr int64_t kMaxWidth = 1 << 20;
-inline constexpr int kMaxWorldSize = 4096;
 
 template <typename V>
 void VisitMlp(V& v, MlpSpec& s) {

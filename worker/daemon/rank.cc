@@ -118,7 +118,7 @@ StatusOr<Place> ReadPlace() {
     }
   }
   ASSIGN_OR_RETURN(p.attempt, IntEnv(ranks::kAttemptEnv, 1, 1 << 30));
-  ASSIGN_OR_RETURN(p.world_size, IntEnv(ranks::kWorldSizeEnv, 1, ranks::kMaxRanks));
+  ASSIGN_OR_RETURN(p.world_size, IntEnv(ranks::kWorldSizeEnv, 1, spec::kMaxWorldSize));
   ASSIGN_OR_RETURN(p.rank, IntEnv(ranks::kRankEnv, 0, p.world_size - 1));
   ASSIGN_OR_RETURN(p.report_fd, IntEnv(ranks::kReportFdEnv, -1, 1 << 20));
   if (!Env(ranks::kSlotEnv).empty()) {

@@ -156,16 +156,15 @@ void RankSupervisor::OnStderr(Rank& r, const std::string& line) {
 
 void RankSupervisor::Poll(std::chrono::milliseconds timeout) {
   std::vector<ranks::RankProcess*> processes;
-  std::map<const ranks::RankProcess*, Rank*> owner;
+  std::vector<Rank*> owners;  // of each process
   for (auto& [key, r] : ranks_) {
     processes.push_back(r.process.get());
-    owner[r.process.get()] = &r;
+    owners.push_back(&r);
   }
   ranks::RankProcess::PollLines(
-      processes, timeout,
-      [&](ranks::RankProcess& p, ranks::RankProcess::Stream s, const std::string& line) {
-        Rank& r = *owner[&p];
-        s == ranks::RankProcess::Stream::kReport ? OnReport(r, line) : OnStderr(r, line);
+      processes, timeout, [&](size_t i, ranks::RankProcess::Stream s, const std::string& line) {
+        s == ranks::RankProcess::Stream::kReport ? OnReport(*owners[i], line)
+                                                 : OnStderr(*owners[i], line);
       });
   Reap();
 }

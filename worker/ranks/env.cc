@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "common/spec/job_spec.h"
+
 extern char** environ;
 
 namespace trainyard::ranks {
@@ -60,7 +62,7 @@ std::vector<std::string> RankEnvironment(const std::function<bool(const std::str
 StatusOr<std::optional<LocalRankEnv>> ReadLocalRankEnv() {
   if (std::getenv(kRankEnv) == nullptr) return std::optional<LocalRankEnv>();
   LocalRankEnv env;
-  ASSIGN_OR_RETURN(env.world_size, IntEnv(kWorldSizeEnv, 1, kMaxRanks, "", kLocalUnset));
+  ASSIGN_OR_RETURN(env.world_size, IntEnv(kWorldSizeEnv, 1, spec::kMaxWorldSize, "", kLocalUnset));
   ASSIGN_OR_RETURN(env.rank, IntEnv(kRankEnv, 0, env.world_size - 1,
                                     " (" + std::string(kWorldSizeEnv) + " = " +
                                         std::to_string(env.world_size) + ")",

@@ -38,8 +38,6 @@ inline constexpr const char* kCertEnv = "TRAINYARD_CERT";
 inline constexpr const char* kKeyEnv = "TRAINYARD_KEY";
 inline constexpr const char* kServerNameEnv = "TRAINYARD_TLS_SERVER_NAME";
 
-inline constexpr int kMaxRanks = 4096;  // parallelism.world_size's bound
-
 // The integer variable `name` in [lo, hi]. InvalidArgument "NAME is not set" + `unset`, or
 // "NAME = "v": must be an integer in [lo, hi]" + `malformed` (say where the bounds come from,
 // or who sets the variable).

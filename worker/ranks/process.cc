@@ -104,7 +104,7 @@ void RankProcess::CloseOutput() {
   err_fd_ = report_fd_ = -1;
 }
 
-void RankProcess::ReadStream(Stream s, const LineFn& on_line) {
+void RankProcess::ReadStream(size_t index, Stream s, const LineFn& on_line) {
   int& fd = s == Stream::kReport ? report_fd_ : err_fd_;
   std::string& partial = s == Stream::kReport ? report_partial_ : err_partial_;
   char buf[16384];
@@ -113,11 +113,11 @@ void RankProcess::ReadStream(Stream s, const LineFn& on_line) {
   if (n > 0) partial.append(buf, static_cast<size_t>(n));
   size_t start = 0;
   for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    on_line(*this, s, partial.substr(start, nl - start));
+    on_line(index, s, partial.substr(start, nl - start));
   }
   partial.erase(0, start);
   if (n > 0) return;
-  if (!partial.empty()) on_line(*this, s, partial);
+  if (!partial.empty()) on_line(index, s, partial);
   partial.clear();
   ::close(fd);
   fd = -1;
@@ -126,12 +126,13 @@ void RankProcess::ReadStream(Stream s, const LineFn& on_line) {
 void RankProcess::PollLines(const std::vector<RankProcess*>& processes,
                             std::chrono::milliseconds timeout, const LineFn& on_line) {
   std::vector<pollfd> fds;
-  std::vector<std::pair<RankProcess*, Stream>> owners;
-  for (RankProcess* p : processes) {
-    if (p->report_fd_ >= 0)
-      fds.push_back({p->report_fd_, POLLIN, 0}), owners.push_back({p, Stream::kReport});
-    if (p->err_fd_ >= 0)
-      fds.push_back({p->err_fd_, POLLIN, 0}), owners.push_back({p, Stream::kStderr});
+  std::vector<std::pair<size_t, Stream>> owners;  // the index of each fd's process, its stream
+  for (size_t i = 0; i < processes.size(); ++i) {
+    const RankProcess& p = *processes[i];
+    if (p.report_fd_ >= 0)
+      fds.push_back({p.report_fd_, POLLIN, 0}), owners.push_back({i, Stream::kReport});
+    if (p.err_fd_ >= 0)
+      fds.push_back({p.err_fd_, POLLIN, 0}), owners.push_back({i, Stream::kStderr});
   }
   if (fds.empty()) {
     std::this_thread::sleep_for(timeout);
@@ -139,8 +140,9 @@ void RankProcess::PollLines(const std::vector<RankProcess*>& processes,
   }
   if (::poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) <= 0) return;
   for (size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
-      owners[i].first->ReadStream(owners[i].second, on_line);
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    const auto [index, stream] = owners[i];
+    processes[index]->ReadStream(index, stream, on_line);
   }
 }
 

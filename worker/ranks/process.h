@@ -58,16 +58,17 @@ class RankProcess {
   void CloseOutput();
 
   // Waits up to `timeout` for output from any of `processes` (sleeping when none has a stream
-  // open) and passes each whole line to on_line; at a stream's end its unterminated rest, and
-  // the stream is closed.
-  using LineFn = std::function<void(RankProcess& p, Stream s, const std::string& line)>;
+  // open) and passes each whole line to on_line with the index of its process in `processes`;
+  // at a stream's end its unterminated rest, and the stream is closed.
+  using LineFn = std::function<void(size_t index, Stream s, const std::string& line)>;
   static void PollLines(const std::vector<RankProcess*>& processes,
                         std::chrono::milliseconds timeout, const LineFn& on_line);
 
  private:
   RankProcess() = default;
-  // Reads what `fd` has; passes whole lines on (all the rest at EOF) and closes it at EOF.
-  void ReadStream(Stream s, const LineFn& on_line);
+  // Reads what stream `s` has; passes whole lines on as process `index`'s (all the rest at
+  // EOF) and closes it at EOF.
+  void ReadStream(size_t index, Stream s, const LineFn& on_line);
 
   pid_t pid_ = -1;
   int wait_status_ = -1;
