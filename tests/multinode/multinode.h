@@ -25,7 +25,7 @@ inline std::string MlpSpec(const std::string& name, int world, int steps, int ev
          R"("steps":)" +
          std::to_string(steps) + R"(,"checkpoint":{"every_steps":)" + std::to_string(every) +
          R"(},"parallelism":{"world_size":)" + std::to_string(world) +
-         R"(,"collective_timeout_seconds":30})" + extra + "}";
+         R"(,"collective_timeout_seconds":15})" + extra + "}";
 }
 
 // A namespaced cluster of `workers` nodes plus the coordinator's, started; fails the test
