@@ -143,6 +143,7 @@ Status Coordinator::Load() {
     e->stragglers = std::make_unique<StragglerDetector>(
         e->spec.parallelism.world_size, e->spec.fault_tolerance.straggler_factor,
         e->spec.fault_tolerance.straggler_window_steps);
+    e->slow_links = SlowLinkDetector(e->spec.fault_tolerance.straggler_factor);
     e->job = std::move(job);
     order_.push_back(e->job.id());
     jobs_[e->job.id()] = std::move(e);

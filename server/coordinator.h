@@ -152,6 +152,7 @@ class Coordinator {
     bool stopping = false;  // the attempt is over; waiting for its ranks to exit
     Clock::TimePoint stop_deadline{};
     std::unique_ptr<StragglerDetector> stragglers;
+    SlowLinkDetector slow_links{2};  // Note [Slow links] in health.h; the spec's factor
     Clock::TimePoint last_persist{};
     Clock::TimePoint last_step_at{};
     double step_seconds = 0;  // smoothed wall time between rank 0's steps
@@ -198,6 +199,9 @@ class Coordinator {
   void CheckLiveness(Entry& e);
   void CheckHang(Entry& e);
   void CheckStragglers(Entry& e);
+  // Records the round trips rank `r` measured to other hosts of its job (Note [Slow links]).
+  void AddLinks(Entry& e, const RankRuntime& r);
+  void EmitSlowLink(Entry& e, const SlowLinkDetector::Change& c);
   void Schedule();
   std::vector<WorkerCapacity> FreeCapacity(bool gpu) const;
   trainyard::v1::Job ForClient(const Entry& e, bool summary) const;

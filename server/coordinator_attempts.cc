@@ -37,6 +37,7 @@ void Coordinator::StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacemen
   e.stragglers = std::make_unique<StragglerDetector>(e.spec.parallelism.world_size,
                                                      e.spec.fault_tolerance.straggler_factor,
                                                      e.spec.fault_tolerance.straggler_window_steps);
+  e.slow_links = SlowLinkDetector(e.spec.fault_tolerance.straggler_factor);
   rendezvous_.Open({e.job.id(), a->number(), a->secret()});
   // Committed before any worker hears of it: a restarted coordinator knows every attempt that
   // may have ranks.
@@ -100,6 +101,7 @@ void Coordinator::OnRankStatus(const std::string& worker, const trainyard::v1::R
   r.status = s;
   r.reported = true;
   r.received = clock_->Now();
+  AddLinks(*e, r);
   if (!ActiveAttempt(*e)) {
     // Asked again each heartbeat while it runs: the abort may have been lost with a stream or
     // a re-registration, or the worker was away when the attempt ended.

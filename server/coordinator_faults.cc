@@ -5,6 +5,7 @@
 // in a row.
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "common/logging.h"
 #include "server/coordinator.h"
@@ -175,8 +176,61 @@ void Coordinator::CheckStragglers(Entry& e) {
     *event.mutable_diagnosis() = std::move(d);
     (void)Emit(e, std::move(event));
   }
+  for (const SlowLinkDetector::Change& c : e.slow_links.Update(clock_->Now())) EmitSlowLink(e, c);
+  std::set<int> flagged;
+  for (int rank : e.stragglers->Flagged()) flagged.insert(rank);
+  for (const std::string& host : e.slow_links.Flagged()) {
+    for (const auto& [rank, r] : e.ranks) {
+      if (r.placement.host() == host) flagged.insert(rank);
+    }
+  }
   e.job.clear_stragglers();
-  for (int rank : e.stragglers->Flagged()) e.job.add_stragglers(rank);
+  for (int rank : flagged) e.job.add_stragglers(rank);
+}
+
+void Coordinator::AddLinks(Entry& e, const RankRuntime& r) {
+  for (const trainyard::v1::PeerLink& l : r.status.links()) {
+    if (l.peer() == r.placement.host()) continue;
+    const bool of_job = std::any_of(e.ranks.begin(), e.ranks.end(), [&](const auto& kv) {
+      return kv.second.placement.host() == l.peer();
+    });
+    if (of_job) {
+      e.slow_links.Add(r.placement.host(), l.peer(), static_cast<double>(l.rtt_us()) / 1e6,
+                       clock_->Now());
+    }
+  }
+}
+
+// A STRAGGLER (or STRAGGLER_CLEARED) diagnosis naming a host with slow links, and its first rank.
+void Coordinator::EmitSlowLink(Entry& e, const SlowLinkDetector::Change& c) {
+  const RankRuntime* first = nullptr;
+  for (const auto& [rank, r] : e.ranks) {
+    if (r.placement.host() == c.host && first == nullptr) first = &r;
+  }
+  if (first == nullptr) return;
+  const std::string node = first->placement.worker() + " (" + c.host + ")";
+  trainyard::v1::Diagnosis d;
+  d.set_kind(c.flagged ? trainyard::v1::Diagnosis::STRAGGLER
+                       : trainyard::v1::Diagnosis::STRAGGLER_CLEARED);
+  d.set_attempt(e.job.attempts_size());
+  d.set_rank(first->placement.rank());
+  d.set_worker(first->placement.worker());
+  d.set_host(c.host);
+  d.set_step(first->last_step.step());
+  d.set_seconds(c.rtt_seconds);
+  d.set_time_ms(NowMs());
+  d.set_message(c.flagged ? node +
+                                " is a straggler: its network links are slow, every link to or "
+                                "from it takes at least " +
+                                FormatSeconds(c.rtt_seconds) +
+                                " per round trip, the other links' median is " +
+                                FormatSeconds(c.others_seconds)
+                          : node + "'s network links caught up");
+  if (e.job.diagnoses_size() >= 100) e.job.mutable_diagnoses()->DeleteSubrange(0, 1);
+  *e.job.add_diagnoses() = d;
+  JobEvent event;
+  *event.mutable_diagnosis() = std::move(d);
+  (void)Emit(e, std::move(event));
 }
 
 }  // namespace trainyard::server

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
+#include <set>
 
 namespace trainyard::server {
 std::string FormatSeconds(double s) {
@@ -178,6 +179,55 @@ std::vector<int> StragglerDetector::Flagged() const {
   std::vector<int> out;
   for (const auto& [rank, f] : flagged_) {
     if (f) out.push_back(rank);
+  }
+  return out;
+}
+
+void SlowLinkDetector::Add(const std::string& from, const std::string& to, double rtt_seconds,
+                           Clock::TimePoint now) {
+  links_[{from, to}] = {rtt_seconds, now};
+}
+
+std::vector<SlowLinkDetector::Change> SlowLinkDetector::Update(Clock::TimePoint now) {
+  std::set<std::string> hosts;
+  for (auto it = links_.begin(); it != links_.end();) {
+    if (now - it->second.at > kFreshFor) {
+      it = links_.erase(it);
+      continue;
+    }
+    hosts.insert({it->first.first, it->first.second});
+    ++it;
+  }
+  for (const auto& [host, f] : flagged_) {
+    if (f) hosts.insert(host);  // a flag clears when its links are gone
+  }
+  std::vector<Change> changes;
+  for (const std::string& host : hosts) {
+    std::vector<double> touching, others;
+    for (const auto& [ends, sample] : links_) {
+      const bool touches = ends.first == host || ends.second == host;
+      (touches ? touching : others).push_back(sample.rtt_seconds);
+    }
+    bool now_slow = false;
+    double fastest = 0, median = 0;
+    if (hosts.size() >= 3 && !touching.empty() && !others.empty()) {
+      std::sort(others.begin(), others.end());
+      const size_t n = others.size();
+      median = n % 2 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2;
+      fastest = *std::min_element(touching.begin(), touching.end());
+      now_slow = fastest > factor_ * median && fastest - median >= kMinExcessSeconds;
+    }
+    bool& was = flagged_[host];
+    if (now_slow != was) changes.push_back({host, now_slow, fastest, median});
+    was = now_slow;
+  }
+  return changes;
+}
+
+std::vector<std::string> SlowLinkDetector::Flagged() const {
+  std::vector<std::string> out;
+  for (const auto& [host, f] : flagged_) {
+    if (f) out.push_back(host);
   }
   return out;
 }

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "trainyard/v1/service.pb.h"
 
 namespace trainyard::server {
@@ -99,6 +100,47 @@ class StragglerDetector {
   size_t window_;
   std::map<int, std::deque<double>> steps_;
   std::map<int, bool> flagged_;
+};
+
+// Note [Slow links]: a rank behind a slow network link does not compute more slowly, and in a
+// ring all-reduce every rank waits as long as the others, so StragglerDetector cannot see it.
+// Each rank reports, per peer address, the kernel's round-trip time of its connections that
+// carried data in the last half second (worker/ranks/links.h); a congested or capped link
+// queues data and its round trips grow by an order of magnitude (on this project's test
+// cluster a link capped at 100 Mbit/s: 12-33 ms, against 0.1-4 ms for the others, the upper
+// end being the delayed acknowledgements of a busy 2-core host). A node is slow when every
+// fresh link to or from it is above factor x the median of the links that do not touch it
+// and at least kMinExcessSeconds above it. That takes three or more hosts: with two, the one
+// link between them cannot say which end is slow. Links older than kFreshFor are forgotten.
+class SlowLinkDetector {
+ public:
+  explicit SlowLinkDetector(double factor) : factor_(factor) {}
+
+  // A round-trip time measured from host `from` to host `to`, at `now`.
+  void Add(const std::string& from, const std::string& to, double rtt_seconds,
+           Clock::TimePoint now);
+  // Hosts whose flag changed since the last call: (host, now flagged, its links' smallest
+  // round trip, the other links' median).
+  struct Change {
+    std::string host;
+    bool flagged;
+    double rtt_seconds;
+    double others_seconds;
+  };
+  std::vector<Change> Update(Clock::TimePoint now);
+  std::vector<std::string> Flagged() const;
+
+  static constexpr double kMinExcessSeconds = 0.005;
+  static constexpr std::chrono::seconds kFreshFor{10};
+
+ private:
+  struct Sample {
+    double rtt_seconds;
+    Clock::TimePoint at;
+  };
+  double factor_;
+  std::map<std::pair<std::string, std::string>, Sample> links_;
+  std::map<std::string, bool> flagged_;
 };
 
 }  // namespace trainyard::server

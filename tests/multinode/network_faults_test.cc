@@ -212,5 +212,57 @@ TEST_F(NetworkFaultTest, AFlappingLinkSlowsTheJobButDoesNotRestartIt) {
   }
 }
 
+// A node whose data link is capped at 100 Mbit/s: every step waits for its all-reduce, so the
+// job slows down, but it progresses: no hang is declared, and the straggler verdict names the
+// slow node (by its links' round trips: Note [Slow links] in server/health.h).
+TEST_F(NetworkFaultTest, ALinkCappedAt100MbitIsNamedAsAStragglerNotAHang) {
+  cluster_ = testing::StartNamespaced(dir_.path(), 3);
+  ASSERT_NE(cluster_, nullptr);
+  auto job = cluster_->client().Submit(testing::MlpSpec("capped", 3, 100000, 0));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  JobWatch watch(cluster_->client(), job->id());
+  ASSERT_TRUE(StepReached(watch, 100, 120s)) << watch.Describe() << cluster_->Logs();
+  auto rate = [&](int64_t from_ms, int64_t to_ms) {  // steps per second reported in the window
+    int64_t first = -1, last = -1, first_ms = 0, last_ms = 0;
+    for (const auto& e : watch.events()) {
+      if (!e.has_step() || e.time_ms() < from_ms || e.time_ms() > to_ms) continue;
+      if (first < 0) first = e.step().step(), first_ms = e.time_ms();
+      last = e.step().step(), last_ms = e.time_ms();
+    }
+    return last_ms > first_ms ? 1000.0 * (last - first) / (last_ms - first_ms) : 0.0;
+  };
+  const int victim = WorkerOfRank(*cluster_, job->id(), 1);
+  std::string error;
+  const int64_t fault = NowMs();
+  const double before = rate(fault - 5000, fault);
+  ASSERT_TRUE(cluster_->lab()->Cap(victim + 1, Net::kData, "100mbit", &error)) << error;
+  const std::string slow = cluster_->lab()->Address(victim + 1, Net::kData);
+  auto named = [&](const v1::JobEvent& e) {
+    return e.has_diagnosis() && e.diagnosis().kind() == v1::Diagnosis::STRAGGLER &&
+           e.diagnosis().host() == slow;
+  };
+  ASSERT_TRUE(watch.Wait(named, 60s)) << watch.Describe() << cluster_->Logs();
+  const int64_t detected = FirstEventTime(watch.events(), fault, named);
+  // Progress goes on, slower: 30 more steps within the minute.
+  const int64_t at = testing::LossByStep(watch.events()).rbegin()->first;
+  ASSERT_TRUE(StepReached(watch, at + 30, 60s)) << watch.Describe() << cluster_->Logs();
+  const double after = rate(detected, NowMs());
+  std::cout << "FIGURE link capped at 100 Mbit/s: " << before << " steps/s before, " << after
+            << " after; named a straggler after " << (detected - fault) / 1000.0 << " s\n";
+  EXPECT_LT(after, before / 2);
+  EXPECT_GT(after, 0);
+  ASSERT_TRUE(cluster_->client().Cancel(job->id(), false).ok());
+  ASSERT_TRUE(watch.WaitForState(v1::CANCELLED, 60s)) << watch.Describe();
+  for (const auto& e : watch.events()) {
+    EXPECT_FALSE(e.has_diagnosis() && e.diagnosis().kind() == v1::Diagnosis::HANG)
+        << e.ShortDebugString();
+    if (e.has_diagnosis() && e.diagnosis().kind() == v1::Diagnosis::STRAGGLER) {
+      EXPECT_EQ(e.diagnosis().host(), slow) << e.ShortDebugString();
+    }
+  }
+  auto j = cluster_->client().GetJob(job->id());
+  EXPECT_EQ(j->attempts_size(), 1);
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -257,5 +257,54 @@ TEST(StragglerDetectorTest, DoesNotFlagMillisecondStepsThatDifferByNoiseAlone) {
   EXPECT_THAT(d.Flagged(), IsEmpty());
 }
 
+// Three hosts in a ring; host b's links (a->b, b->c) take `slow` seconds, c->a 0.3 ms.
+void AddRing(SlowLinkDetector* d, double slow, Clock::TimePoint now) {
+  d->Add("a", "b", slow, now);
+  d->Add("b", "c", slow, now);
+  d->Add("c", "a", 0.0003, now);
+}
+
+TEST(SlowLinkDetectorTest, NamesTheHostEveryOneOfWhoseLinksIsSlow) {
+  FakeClock clock;
+  SlowLinkDetector d(2);
+  AddRing(&d, 0.015, clock.Now());
+  const auto changes = d.Update(clock.Now());
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].host, "b");
+  EXPECT_TRUE(changes[0].flagged);
+  EXPECT_DOUBLE_EQ(changes[0].rtt_seconds, 0.015);
+  EXPECT_DOUBLE_EQ(changes[0].others_seconds, 0.0003);
+  EXPECT_THAT(d.Flagged(), ElementsAre("b"));
+  EXPECT_THAT(d.Update(clock.Now()), IsEmpty());  // only changes
+  // The link recovers: the flag clears.
+  AddRing(&d, 0.0004, clock.Now());
+  const auto cleared = d.Update(clock.Now());
+  ASSERT_EQ(cleared.size(), 1u);
+  EXPECT_FALSE(cleared[0].flagged);
+  EXPECT_THAT(d.Flagged(), IsEmpty());
+}
+
+TEST(SlowLinkDetectorTest, NeedsThreeHostsAndAnExcessAboveNoise) {
+  FakeClock clock;
+  SlowLinkDetector two(2);
+  two.Add("a", "b", 0.5, clock.Now());  // one link cannot say which end is slow
+  two.Add("b", "a", 0.5, clock.Now());
+  EXPECT_THAT(two.Update(clock.Now()), IsEmpty());
+  SlowLinkDetector noisy(2);
+  AddRing(&noisy, 0.003, clock.Now());  // 10x, but under kMinExcessSeconds
+  EXPECT_THAT(noisy.Update(clock.Now()), IsEmpty());
+}
+
+TEST(SlowLinkDetectorTest, ForgetsLinksThatStoppedReporting) {
+  FakeClock clock;
+  SlowLinkDetector d(2);
+  AddRing(&d, 0.05, clock.Now());
+  ASSERT_EQ(d.Update(clock.Now()).size(), 1u);
+  clock.Advance(SlowLinkDetector::kFreshFor + std::chrono::seconds(1));
+  const auto changes = d.Update(clock.Now());
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].flagged);
+}
+
 }  // namespace
 }  // namespace trainyard::server

@@ -19,6 +19,7 @@
 #include "worker/dist/process_group.h"
 #include "worker/ranks/env.h"
 #include "worker/ranks/group.h"
+#include "worker/ranks/links.h"
 #include "worker/trainer/trainer.h"
 
 namespace trainyard::daemon {
@@ -63,12 +64,21 @@ class Reporter {
   int fd_;
 };
 
+Json LinksJson(const std::vector<ranks::PeerLink>& links) {
+  std::vector<Json> out;
+  for (const ranks::PeerLink& l : links) {
+    out.push_back(Json::Object({{"peer", l.peer}, {"rtt_us", l.rtt_us}}));
+  }
+  return Json::Array(std::move(out));
+}
+
 // Every half second: phase, step and collective progress (Note [Naming a hung rank] in
 // server/health.h). Runs until `done`.
 void ReportProgress(Reporter* reporter, const trainer::Progress* progress,
                     const dist::ProcessGroup* group, const std::atomic<bool>* done) {
   int64_t last_done = -1;
   auto done_changed = SteadyClock::now();
+  ranks::LinkMonitor links;
   while (!done->load()) {
     const auto now = SteadyClock::now();
     const int64_t issued = group ? group->collectives_issued() : 0;
@@ -87,7 +97,8 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress,
          {"issued", issued},
          {"done", finished},
          {"collective_age_ms",
-          std::chrono::duration_cast<std::chrono::milliseconds>(now - done_changed).count()}}));
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - done_changed).count()},
+         {"links", LinksJson(group ? links.Sample() : std::vector<ranks::PeerLink>{})}}));
     for (int i = 0; i < 10 && !done->load(); ++i) std::this_thread::sleep_for(50ms);
   }
 }

@@ -144,6 +144,17 @@ void RankSupervisor::OnReport(Rank& r, const std::string& line) {
   if (phase && phase->is_string()) r.status.set_phase(phase->string_value());
   r.status.set_collectives_issued(num("issued"));
   r.status.set_collectives_done(num("done"));
+  r.status.clear_links();
+  if (const Json* links = json->Find("links"); links && links->is_array()) {
+    for (const Json& l : links->items()) {
+      const Json* peer = l.Find("peer");
+      const Json* rtt = l.Find("rtt_us");
+      if (!peer || !peer->is_string() || !rtt || !rtt->is_integer()) continue;
+      v1::PeerLink* out = r.status.add_links();
+      out->set_peer(peer->string_value());
+      out->set_rtt_us(rtt->int_value());
+    }
+  }
   r.phase_since = r.last_report - std::chrono::milliseconds(num("phase_age_ms"));
   r.collective_since = r.last_report - std::chrono::milliseconds(num("collective_age_ms"));
 }
