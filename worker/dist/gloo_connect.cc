@@ -291,8 +291,8 @@ Status ConnectError(int rank, int size, const std::string& host, const MeshProgr
     const std::string msg = me + " at " + (progress.mine.empty() ? host : progress.mine) +
                             " could not connect to rank " + std::to_string(progress.peer) + " at " +
                             progress.theirs + ": " + ConnectFailure(text, timeout) +
-                            "; check that this address is reachable from this rank's node "
-                            "(--advertise-address, --interface)";
+                            "; check that this node reaches that address (the workers' "
+                            "--advertise-address or --interface) and no firewall blocks it";
     return timed_out ? DeadlineExceededError(msg) : UnavailableError(msg);
   }
   const std::string msg = me + " could not connect to its " + std::to_string(size - 1) +
