@@ -138,7 +138,8 @@ TEST(ServiceTest, ASecondCoordinatorOnTheSameStateDirectoryIsRefused) {
 }
 
 // A worker bound to every address (as in Kubernetes, --metrics-listen 0.0.0.0:9601) tells the
-// coordinator, and so `trainyard workers` and Prometheus, its --host, where it can be reached.
+// coordinator, and so `trainyard workers` and Prometheus, its --host (the old name of
+// --advertise-address, kept working), where it can be reached.
 TEST(ServiceTest, AWorkerListeningOnEveryAddressReportsItsMetricsAtItsHost) {
   TempDir dir;
   Cluster cluster(dir.path(),

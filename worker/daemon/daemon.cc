@@ -104,7 +104,8 @@ class Daemon {
       return 2;
     }
     stub_ = v1::Worker::NewStub(*channel);
-    TY_LOG(INFO) << "worker " << o_.name << " (" << o_.host << ", " << o_.cpu_slots
+    TY_LOG(INFO) << "worker " << o_.name << " (" << o_.host
+                 << (o_.interface.empty() ? "" : " on " + o_.interface) << ", " << o_.cpu_slots
                  << " CPU slots, " << o_.gpus.size() << " GPUs) for coordinator " << o_.coordinator
                  << ", metrics on http://" << metrics_address_ << "/metrics";
     std::thread supervisor([this] { Supervise(); });
@@ -127,13 +128,7 @@ class Daemon {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     so.threads_per_rank = o_.threads_per_rank > 0 ? o_.threads_per_rank
                                                   : std::max(1, cores / std::max(1, o_.cpu_slots));
-    so.env = {std::string(ranks::kCoordinatorEnv) + "=" + o_.coordinator,
-              std::string(ranks::kHostEnv) + "=" + o_.host,
-              std::string(ranks::kTokenEnv) + "=" + o_.token,
-              std::string(ranks::kCaEnv) + "=" + o_.channel.tls.ca,
-              std::string(ranks::kCertEnv) + "=" + o_.channel.tls.cert,
-              std::string(ranks::kKeyEnv) + "=" + o_.channel.tls.key,
-              std::string(ranks::kServerNameEnv) + "=" + o_.channel.tls_server_name};
+    so.env = RankEnv();
     so.on_report = [this](const v1::RankStatus& who, const Json& line) {
       if (line.Find("type")->string_value() == "step") metrics_->OnStep(who, line);
       std::optional<v1::MetricsReport> r = ToReport(who, line);
@@ -170,6 +165,23 @@ class Daemon {
       if (done_) break;
     }
     supervisor_done_ = true;
+  }
+
+  // What every rank gets besides its place: the coordinator, the numeric address its Gloo
+  // listens on (never loopback when this worker advertises another address), credentials, and
+  // with --interface NCCL's and Gloo's interface unless this environment names one.
+  std::vector<std::string> RankEnv() const {
+    const std::string listen = o_.listen_host.empty() ? o_.host : o_.listen_host;
+    std::vector<std::string> env = {
+        std::string(ranks::kCoordinatorEnv) + "=" + o_.coordinator,
+        std::string(ranks::kHostEnv) + "=" + listen,
+        std::string(ranks::kTokenEnv) + "=" + o_.token,
+        std::string(ranks::kCaEnv) + "=" + o_.channel.tls.ca,
+        std::string(ranks::kCertEnv) + "=" + o_.channel.tls.cert,
+        std::string(ranks::kKeyEnv) + "=" + o_.channel.tls.key,
+        std::string(ranks::kServerNameEnv) + "=" + o_.channel.tls_server_name};
+    for (std::string& e : ranks::SocketInterfaceEnv(o_.interface)) env.push_back(std::move(e));
+    return env;
   }
 
   void Apply(RankSupervisor& ranks, const v1::WorkerCommand& c) {

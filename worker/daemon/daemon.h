@@ -19,8 +19,10 @@ struct DaemonOptions {
   std::string coordinator = "127.0.0.1:7600";
   rpc::ChannelOptions channel;
   std::string token;
-  std::string name;  // unique among workers; default: the host name
-  std::string host;  // the address peers reach this node's ranks at
+  std::string name;         // unique among workers; default: the host name
+  std::string host;         // the address peers reach this node's ranks at (as registered)
+  std::string listen_host;  // `host` as a numeric address, which ranks' Gloo listens on
+  std::string interface;    // --interface: ranks' NCCL_/GLOO_SOCKET_IFNAME unless set; "": none
   int cpu_slots = 1;
   int64_t memory_bytes = 0;  // what its CPU ranks may use in all; 0: unknown (not checked)
   std::vector<trainyard::v1::Gpu> gpus;  // GPU slots (DiscoverGpus, gpus.h)

@@ -9,6 +9,7 @@
 
 #include "common/flags.h"
 #include "common/host_memory.h"
+#include "common/net_address.h"
 #include "common/signals.h"
 #include "worker/daemon/daemon.h"
 #include "worker/daemon/gpus.h"
@@ -30,6 +31,23 @@ std::string HostName() {
   return buf;
 }
 
+// --advertise-address (or its old name --host), --interface, or neither (net_address.h).
+trainyard::StatusOr<trainyard::net::AdvertiseChoice> ChooseAddress(const trainyard::Flags& f,
+                                                                   const std::string& coordinator) {
+  const std::string& given = f.Get("advertise-address");
+  const std::string& old = f.Get("host");
+  if (!given.empty() && !old.empty() && given != old) {
+    return trainyard::InvalidArgumentError("--advertise-address \"" + given + "\" and --host \"" +
+                                           old + "\" differ; --host is its old name: give one");
+  }
+  trainyard::net::AdvertiseRequest r;
+  r.advertise_address = given.empty() ? old : given;
+  r.interface = f.Get("interface");
+  r.coordinator = coordinator;
+  r.host_name = HostName;
+  return trainyard::net::ChooseAdvertiseAddress(r);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -42,9 +60,14 @@ int main(int argc, char** argv) {
       "node.\n\nflags:");
   rpc::AddCallerFlags(f);
   f.Value("name", "", "this worker's name, unique and stable (default: the host name)")
-      .Value("host", "",
-             "address other nodes reach this one at (default: 127.0.0.1 for a loopback "
-             "coordinator, else the host name)")
+      .Value("advertise-address", "",
+             "address other nodes reach this worker's ranks at, which Gloo listens on (default: "
+             "127.0.0.1 for a loopback coordinator, else this machine's address on the route "
+             "to the coordinator, else the host name)")
+      .Value("host", "", "the old name of --advertise-address")
+      .Value("interface", "",
+             "take --advertise-address from this network interface's IPv4 address (e.g. ctl0); "
+             "ranks then get NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME = it unless set")
       .Value("cpu-slots", "1", "ranks this worker runs at once on CPUs")
       .Value("gpus", "auto", "GPU slots: auto (every visible GPU), none, or a count")
       .Value("memory-gib", "0",
@@ -62,9 +85,11 @@ int main(int argc, char** argv) {
   o.token = caller.token;
   o.channel = caller.channel;
   o.name = f.Get("name").empty() ? HostName() : f.Get("name");
-  o.host = !f.Get("host").empty()           ? f.Get("host")
-           : rpc::IsLoopback(o.coordinator) ? "127.0.0.1"
-                                            : HostName();
+  StatusOr<net::AdvertiseChoice> address = ChooseAddress(f, o.coordinator);
+  if (!address.ok()) return Fail(std::string(address.status().message()));
+  o.host = address->advertise;
+  o.listen_host = address->listen;
+  o.interface = f.Get("interface");
   StatusOr<int64_t> slots = f.Int("cpu-slots", 1, 4096);
   StatusOr<int64_t> threads = f.Int("threads-per-rank", 0, 1024);
   StatusOr<double> grace = f.Double("grace", 0, 3600);

@@ -10,13 +10,16 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <sstream>
 
 #include "gloo/common/error.h"
-#include "gloo/rendezvous/context.h"
+#include "gloo/context.h"
 #include "gloo/rendezvous/store.h"
+#include "gloo/transport/context.h"
+#include "gloo/transport/tcp/address.h"
 #include "gloo/transport/tcp/device.h"
 #include "worker/dist/gloo_internal.h"
 #include "worker/dist/gloo_process_group.h"
@@ -61,6 +64,80 @@ class StoreAdapter final : public gloo::rendezvous::Store {
 };
 
 // ---- Connecting ----
+
+// "10.78.0.3:41234" ("[fe80::1]:41234" for IPv6) for a socket address; "" if not IP.
+std::string HostPort(const sockaddr_storage& ss) {
+  char ip[INET6_ADDRSTRLEN] = {0};
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    return std::string(ip) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+    return "[" + std::string(ip) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return "";
+}
+
+// A pair's address (Gloo's tcp::Address, or its bytes as published) as HostPort.
+std::string HostPort(const gloo::transport::Address& address) {
+  const auto* tcp = dynamic_cast<const gloo::transport::tcp::Address*>(&address);
+  return tcp == nullptr ? "" : HostPort(tcp->getSockaddr());
+}
+
+// Where connecting the mesh got to: the peer being connected, this rank's listener for it and
+// the address the peer published for us (Note [Naming the peer], at connection time).
+struct MeshProgress {
+  int peer = -1;  // -1: none (all connected, or failed before the first pair)
+  std::string mine, theirs;
+};
+
+// gloo::rendezvous::Context::connectFullMesh step by step (the same store keys: "<rank>" holds
+// a rank's pair addresses, one per peer in rank order), so that when a pair cannot connect we
+// know which peer it was and both addresses. Throws what Gloo throws.
+class MeshContext final : public gloo::Context {
+ public:
+  MeshContext(int rank, int size) : gloo::Context(rank, size) {}
+
+  void Connect(gloo::rendezvous::Store& store, std::shared_ptr<gloo::transport::Device>& device,
+               MeshProgress* progress) {
+    auto transport = device->createContext(rank, size);
+    transport->setTimeout(getTimeout());
+    std::vector<char> all;
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      const std::vector<char> bytes = transport->createPair(q)->address().bytes();
+      all.insert(all.end(), bytes.begin(), bytes.end());
+    }
+    store.set(std::to_string(rank), all);
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      *progress = MeshProgress{q, HostPort(transport->getPair(q)->address()), ""};
+      store.wait({std::to_string(q)}, getTimeout());
+      const std::vector<char> theirs = store.get(std::to_string(q));
+      const size_t each = theirs.size() / (size - 1);
+      const size_t at = (rank > q ? rank - 1 : rank) * each;
+      const std::vector<char> ours(theirs.begin() + at, theirs.begin() + at + each);
+      progress->theirs = HostPort(gloo::transport::tcp::Address(ours));
+      transport->getPair(q)->connect(ours);
+    }
+    *progress = MeshProgress{};
+    device_ = device;
+    transportContext_ = std::move(transport);
+  }
+};
+
+// Why a pair did not connect, from Gloo's text: "Connection refused" from "connect
+// [10.0.0.4]:34206: Connection refused"; "timed out after 10s" for its "Connect timeout".
+std::string ConnectFailure(const std::string& text, milliseconds timeout) {
+  if (Contains(text, "imeout") || Contains(text, "imed out")) {
+    return "timed out after " + FormatDuration(timeout * 5) + " (gloo waits 5 times the timeout)";
+  }
+  const size_t colon = text.rfind(": ");
+  return colon == std::string::npos ? text : text.substr(colon + 2);
+}
 
 std::string ListenHost(const ProcessGroupOptions& options, const Store& store) {
   if (!options.hostname.empty()) return options.hostname;
@@ -202,6 +279,27 @@ class BlockSigpipe {
   sigset_t old_;
 };
 
+// The error of a mesh that did not connect. Note [Naming the peer]: with the pair that failed
+// known, it names both ends, "rank 1 at 10.78.0.3:41234 could not connect to rank 2 at
+// 10.78.0.4:40581: Connection refused", so that a wrong interface or a firewall shows.
+Status ConnectError(int rank, int size, const std::string& host, const MeshProgress& progress,
+                    const Status& store_error, const std::string& text, milliseconds timeout) {
+  const std::string me = "gloo: rank " + std::to_string(rank);
+  if (!store_error.ok()) return store_error.WithContext(me + " connecting");
+  const bool timed_out = Contains(text, "imeout") || Contains(text, "imed out");
+  if (progress.peer >= 0 && !progress.theirs.empty()) {
+    const std::string msg = me + " at " + (progress.mine.empty() ? host : progress.mine) +
+                            " could not connect to rank " + std::to_string(progress.peer) + " at " +
+                            progress.theirs + ": " + ConnectFailure(text, timeout) +
+                            "; check that this node reaches that address (the workers' "
+                            "--advertise-address or --interface) and no firewall blocks it";
+    return timed_out ? DeadlineExceededError(msg) : UnavailableError(msg);
+  }
+  const std::string msg = me + " could not connect to its " + std::to_string(size - 1) +
+                          " peers (listening on " + host + "): " + text;
+  return timed_out ? DeadlineExceededError(msg) : UnavailableError(msg);
+}
+
 }  // namespace
 
 // ---- Creation ----
@@ -227,25 +325,19 @@ StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
   const std::string host = ListenHost(options, *store);
   StoreAdapter adapter(std::make_shared<PrefixStore>("gloo/", store), options.timeout);
   std::shared_ptr<gloo::transport::Device> device;
-  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  auto context = std::make_shared<MeshContext>(rank, size);
   std::map<std::string, int> peers;
+  MeshProgress progress;
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = host;
     device = gloo::transport::tcp::CreateDevice(attr);
     context->setTimeout(options.timeout);
-    context->connectFullMesh(adapter, device);
+    context->Connect(adapter, device, &progress);
     peers = MapPeerAddresses(*context, adapter);
   } catch (const std::exception& e) {
-    if (!adapter.error().ok()) {
-      return adapter.error().WithContext("gloo: rank " + std::to_string(rank) + " connecting");
-    }
-    const std::string text = CleanGlooText(e.what());
-    const std::string msg = "gloo: rank " + std::to_string(rank) + " could not connect to its " +
-                            std::to_string(size - 1) + " peers (listening on " + host +
-                            "): " + text;
-    if (Contains(text, "imeout") || Contains(text, "imed out")) return DeadlineExceededError(msg);
-    return UnavailableError(msg);
+    return ConnectError(rank, size, host, progress, adapter.error(), CleanGlooText(e.what()),
+                        options.timeout);
   }
   return std::unique_ptr<GlooProcessGroup>(new GlooProcessGroup(
       rank, size, options, std::move(device), std::move(context), "tcp", std::move(peers)));

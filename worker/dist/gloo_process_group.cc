@@ -30,7 +30,11 @@
 // "for send operation", and a broken connection names an address of the peer. Ring ops
 // know whom they receive from and send to (Peers). For addresses, MapPeerAddresses
 // (gloo_connect.cc) collects after connecting every address Gloo may print for each peer, so the
-// address in a message maps back to a rank. A group of two always names the other rank.
+// address in a message maps back to a rank. A group of two always names the other rank. Before
+// that, while the mesh connects, MeshContext (gloo_connect.cc) connects one pair at a time, so a
+// pair that cannot connect names its peer's rank and both addresses: this rank's listener for
+// the pair and the address the peer published ("rank 1 at 10.78.0.3:41234 could not connect to
+// rank 2 at 10.78.0.4:40581: Connection refused").
 #include "worker/dist/gloo_process_group.h"
 
 #include <pthread.h>

@@ -59,6 +59,15 @@ std::vector<std::string> RankEnvironment(const std::function<bool(const std::str
   return env;
 }
 
+std::vector<std::string> SocketInterfaceEnv(const std::string& interface) {
+  std::vector<std::string> env;
+  if (interface.empty()) return env;
+  for (const char* name : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
+    if (std::getenv(name) == nullptr) env.push_back(std::string(name) + "=" + interface);
+  }
+  return env;
+}
+
 StatusOr<std::optional<LocalRankEnv>> ReadLocalRankEnv() {
   if (std::getenv(kRankEnv) == nullptr) return std::optional<LocalRankEnv>();
   LocalRankEnv env;

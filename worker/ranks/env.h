@@ -49,6 +49,12 @@ StatusOr<int> IntEnv(const char* name, int lo, int hi, const std::string& malfor
 std::vector<std::string> RankEnvironment(const std::function<bool(const std::string&)>& drop,
                                          const std::vector<std::string>& extra, int threads);
 
+// With `interface` (the worker's --interface) non-empty: "NCCL_SOCKET_IFNAME=<interface>" and
+// "GLOO_SOCKET_IFNAME=<interface>" for those of the two this process's environment does not
+// set (an operator's own choice wins), so NCCL's bootstrap and sockets use the interface the
+// worker advertises; nothing otherwise.
+std::vector<std::string> SocketInterfaceEnv(const std::string& interface);
+
 // The place of a rank of `trainyard train --nproc`. nullopt when TRAINYARD_RANK is unset (not
 // launched); InvalidArgument naming the variable and its value when one is missing or
 // malformed.
