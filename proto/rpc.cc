@@ -162,9 +162,10 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   // Keepalive: a dead peer is noticed on a quiet stream too.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(o.keepalive_time.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(o.keepalive_timeout.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // keepalive on an idle connection too
   if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (o.tls.enabled()) {

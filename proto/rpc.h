@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,11 @@ struct ChannelOptions {
   TlsFiles tls;
   bool plaintext_remote = false;  // allow plaintext to a non-loopback address
   std::string tls_server_name;    // overrides the name checked in the server's certificate
+  // HTTP/2 keepalive pings, sent also without calls: a connection whose peer stopped answering
+  // is closed after about keepalive_time + keepalive_timeout, and dialled again by the next
+  // call. The coordinator accepts a ping a second (server/main.cc).
+  std::chrono::milliseconds keepalive_time{10000};
+  std::chrono::milliseconds keepalive_timeout{5000};
 };
 
 // A channel to `address` ("host:port"); InvalidArgument when the policy refuses it.

@@ -258,6 +258,7 @@ Coordinator::Snapshot Coordinator::GetSnapshot() {
   }
   s.workers_known = static_cast<int>(registry_.all().size());
   s.workers_alive = static_cast<int>(registry_.Alive().size());
+  s.stale_reports = stale_reports_;
   return s;
 }
 

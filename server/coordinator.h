@@ -11,10 +11,18 @@
 //   any state but the final three --(CancelJob, once its ranks exited)--> CANCELLED
 //
 // Every state change is committed to the JobStore before the call that caused it returns.
-// Commands for workers (assign, abort, cancel) wait in a per-worker outbox that the worker's
-// Heartbeat stream drains (TakeCommands). Tick() does the periodic work: liveness, hang and
-// straggler checks, timeouts and scheduling; the server calls it a few times a second, tests
-// call it after moving the clock. Thread-safe: one mutex guards everything.
+// Commands for workers (assign, abort, cancel, and an acknowledgement of each heartbeat) wait
+// in a per-worker outbox that the worker's Heartbeat stream drains (TakeCommands).
+//
+// Fencing (Note [Checkpoint fence] in worker/trainer/checkpoint_fence.h; docs/operations.md):
+// the attempt number is the epoch of a job. A worker's lease (RegisterWorkerResponse.lease_ms,
+// 3/4 of heartbeat_timeout) is renewed by every command, HeartbeatAck included; a worker that
+// hears nothing for that long stops its ranks before this coordinator declares it lost and
+// starts the next attempt elsewhere. Metrics reports of an attempt other than the job's
+// current one are refused (FailedPrecondition), logged once per job attempt and counted
+// (Snapshot::stale_reports, trainyard_stale_reports_total). Tick() does the periodic work:
+// liveness, hang and straggler checks, timeouts and scheduling; the server calls it a few times a
+// second, tests call it after moving the clock. Thread-safe: one mutex guards everything.
 #pragma once
 
 #include <chrono>
@@ -23,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,7 +47,8 @@
 namespace trainyard::server {
 
 struct CoordinatorOptions {
-  // What workers are told to send, and how long without one until a worker is lost.
+  // What workers are told to send, and how long without one until a worker is lost. Workers
+  // get a lease of 3/4 of the timeout (LeaseOf).
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   // A SCHEDULED attempt whose ranks have not all started by then is aborted.
@@ -50,6 +60,10 @@ struct CoordinatorOptions {
   std::string checkpoint_root;
   size_t max_spec_bytes = 1 << 20;
 };
+
+// The lease workers are given: 3/4 of the heartbeat timeout, so that a partitioned worker
+// stops its ranks before the coordinator declares it lost and restarts its jobs elsewhere.
+std::chrono::milliseconds LeaseOf(const CoordinatorOptions& options);
 
 // One client's view of a job's events (WatchJob).
 class Watcher {
@@ -98,7 +112,8 @@ class Coordinator {
   // ---- Workers ----
   StatusOr<trainyard::v1::RegisterWorkerResponse> RegisterWorker(
       const trainyard::v1::RegisterWorkerRequest& req);
-  // NotFound when the worker must register (again) first.
+  // NotFound when the worker must register (again) first. Queues a HeartbeatAck for the
+  // worker (one at most waits in its outbox).
   Status Heartbeat(const trainyard::v1::WorkerHeartbeat& hb);
   // Waits up to `timeout` for commands for worker `name` and takes them. Aborted when `name`
   // registered again since `incarnation` (a newer stream serves it now) or is not alive.
@@ -106,6 +121,11 @@ class Coordinator {
       const std::string& name, int64_t incarnation, std::chrono::milliseconds timeout);
   // The worker's incarnation now; NotFound when it is not registered.
   StatusOr<int64_t> Incarnation(const std::string& name);
+  // FailedPrecondition "metrics report of job J attempt 1 refused: attempt 1 is over; the job
+  // is at attempt 2" for a report of an attempt other than the current one (the first per job
+  // attempt is logged, and an abort of that attempt sent to the reporting worker); NotFound
+  // for an unknown job. Step reports of the current attempt once it ended (the job restarting
+  // or over) are dropped silently: no other attempt reports beside them.
   Status ReportMetrics(const trainyard::v1::MetricsReport& report);
   Rendezvous& rendezvous() { return rendezvous_; }
 
@@ -127,6 +147,7 @@ class Coordinator {
     int workers_alive = 0;
     int workers_known = 0;
     std::vector<JobGauges> jobs;  // jobs not yet final, and final ones of the last hour
+    int64_t stale_reports = 0;    // metrics reports refused as a stale attempt's, ever
   };
   Snapshot GetSnapshot();
 
@@ -155,7 +176,8 @@ class Coordinator {
     SlowLinkDetector slow_links{2};  // Note [Slow links] in health.h; the spec's factor
     Clock::TimePoint last_persist{};
     Clock::TimePoint last_step_at{};
-    double step_seconds = 0;  // smoothed wall time between rank 0's steps
+    double step_seconds = 0;              // smoothed wall time between rank 0's steps
+    std::set<int> stale_attempts_logged;  // attempts whose refused reports were logged
   };
 
   Coordinator(std::unique_ptr<JobStore> store, const Clock* clock, CoordinatorOptions options);
@@ -189,6 +211,10 @@ class Coordinator {
   void EndAttempt(Entry& e, const std::string& reason);
   void StopRanks(Entry& e, bool checkpoint, const std::string& reason, bool cancel);
   void Send(const std::string& worker, trainyard::v1::WorkerCommand command);
+  // Refuses a report of an attempt that is not e's current one (ReportMetrics).
+  Status RefuseStaleReport(Entry& e, const trainyard::v1::MetricsReport& report);
+  // ReportMetrics of a step of e's current attempt, from rank `r`.
+  Status OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step);
   void OnRankStatus(const std::string& worker, const trainyard::v1::RankStatus& s);
   // A rank of the running attempt exited: the job succeeds once every rank exited 0 at its
   // last step; an exit 0 before the last step (unasked) or non-zero fails the attempt
@@ -219,7 +245,12 @@ class Coordinator {
   std::vector<std::string> order_;  // job ids in submit order
   std::map<std::string, std::deque<trainyard::v1::WorkerCommand>> outbox_;
   int64_t next_job_number_ = 1;
+  int64_t stale_reports_ = 0;  // Snapshot::stale_reports
 };
+
+// Adds a refused report's reason (ReportMetrics' FailedPrecondition) to a ReportMetrics
+// stream's response, once per distinct reason and at most 16 (ReportMetricsResponse.refused).
+void AddRefusal(trainyard::v1::ReportMetricsResponse* response, const Status& refused);
 
 const char* JobStateName(trainyard::v1::JobState state);
 // "cancelled", or "cancelled by <client>".

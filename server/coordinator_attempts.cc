@@ -134,9 +134,10 @@ void Coordinator::MaybeRunning(Entry& e) {
 Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = Find(report.job_id());
-  if (e == nullptr || report.attempt() != e->job.attempts_size()) {
-    return OkStatus();  // from an attempt that is over: dropped
+  if (e == nullptr) {
+    return NotFoundError("metrics report of job " + report.job_id() + ": no such job");
   }
+  if (report.attempt() != e->job.attempts_size()) return RefuseStaleReport(*e, report);
   // A report speaks for one rank (evaluations and checkpoints for rank 0), which must run on
   // the worker that sent it: a worker cannot report for another's ranks.
   const int rank = report.has_step() ? report.step().rank() : 0;
@@ -147,37 +148,8 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
                                  " runs on worker " + it->second.placement.worker() + ", not on " +
                                  (report.worker().empty() ? "an unnamed worker" : report.worker()));
   }
+  if (report.has_step()) return OnStepReport(*e, it->second, report.step());
   JobEvent event;
-  if (report.has_step()) {
-    if (!ActiveAttempt(*e)) return OkStatus();
-    trainyard::v1::StepMetrics m = report.step();
-    it->second.last_step = m;
-    // A rank that reports a step has started, whatever its worker's next heartbeat says.
-    if (!it->second.reported) {
-      it->second.reported = true;
-      it->second.received = clock_->Now();
-      MaybeRunning(*e);
-    }
-    // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
-    e->stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() + m.backward_seconds() +
-                                         m.optimizer_seconds());
-    if (m.rank() != 0) return OkStatus();
-    const auto now = clock_->Now();
-    if (e->last_step_at != Clock::TimePoint{} && m.step() > e->job.last_step().step()) {
-      const double per_step = SecondsOf(now - e->last_step_at) /
-                              static_cast<double>(m.step() - e->job.last_step().step());
-      e->step_seconds = e->step_seconds == 0 ? per_step : 0.9 * e->step_seconds + 0.1 * per_step;
-    }
-    e->last_step_at = now;
-    m.set_eta_seconds(e->step_seconds * static_cast<double>(m.total_steps() - m.step()));
-    m.set_memory_bytes(it->second.status.memory_bytes());  // from its worker's last heartbeat
-    m.set_time_ms(NowMs());
-    *e->job.mutable_last_step() = m;
-    *event.mutable_step() = m;
-    (void)Emit(*e, std::move(event));
-    if (now - e->last_persist >= std::chrono::seconds(5)) (void)Commit(*e, nullptr);
-    return OkStatus();
-  }
   if (report.has_eval()) {
     *e->job.mutable_last_eval() = report.eval();
     *event.mutable_eval() = report.eval();
@@ -188,6 +160,66 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
     return InvalidArgumentError("empty metrics report");
   }
   return Emit(*e, std::move(event));
+}
+
+void AddRefusal(trainyard::v1::ReportMetricsResponse* response, const Status& refused) {
+  const std::string why(refused.message());
+  const auto& seen = response->refused();
+  if (seen.size() >= 16 || std::find(seen.begin(), seen.end(), why) != seen.end()) return;
+  response->add_refused(why);
+}
+
+Status Coordinator::RefuseStaleReport(Entry& e, const trainyard::v1::MetricsReport& report) {
+  ++stale_reports_;
+  const int current = e.job.attempts_size();
+  const std::string attempt = "attempt " + std::to_string(report.attempt());
+  const std::string why = "metrics report of job " + e.job.id() + " " + attempt +
+                          " refused: " + attempt +
+                          (report.attempt() < current ? " is over" : " never started") +
+                          "; the job is at attempt " + std::to_string(current);
+  if (e.stale_attempts_logged.insert(report.attempt()).second) {
+    TY_LOG(WARNING) << why << " (from worker " << (report.worker().empty() ? "?" : report.worker())
+                    << "; logged once per attempt, counted in trainyard_stale_reports_total)";
+    // Its ranks still run there: the worker stops them (as for a heartbeat naming them).
+    WorkerCommand c;
+    c.mutable_abort()->set_job_id(e.job.id());
+    c.mutable_abort()->set_attempt(report.attempt());
+    c.mutable_abort()->set_reason(attempt + " is over");
+    if (!report.worker().empty()) Send(report.worker(), std::move(c));
+  }
+  return FailedPreconditionError(why);
+}
+
+Status Coordinator::OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step) {
+  if (!ActiveAttempt(e)) return OkStatus();
+  trainyard::v1::StepMetrics m = step;
+  r.last_step = m;
+  // A rank that reports a step has started, whatever its worker's next heartbeat says.
+  if (!r.reported) {
+    r.reported = true;
+    r.received = clock_->Now();
+    MaybeRunning(e);
+  }
+  // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
+  e.stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() + m.backward_seconds() +
+                                      m.optimizer_seconds());
+  if (m.rank() != 0) return OkStatus();
+  const auto now = clock_->Now();
+  if (e.last_step_at != Clock::TimePoint{} && m.step() > e.job.last_step().step()) {
+    const double per_step =
+        SecondsOf(now - e.last_step_at) / static_cast<double>(m.step() - e.job.last_step().step());
+    e.step_seconds = e.step_seconds == 0 ? per_step : 0.9 * e.step_seconds + 0.1 * per_step;
+  }
+  e.last_step_at = now;
+  m.set_eta_seconds(e.step_seconds * static_cast<double>(m.total_steps() - m.step()));
+  m.set_memory_bytes(r.status.memory_bytes());  // from its worker's last heartbeat
+  m.set_time_ms(NowMs());
+  *e.job.mutable_last_step() = m;
+  JobEvent event;
+  *event.mutable_step() = m;
+  (void)Emit(e, std::move(event));
+  if (now - e.last_persist >= std::chrono::seconds(5)) (void)Commit(e, nullptr);
+  return OkStatus();
 }
 
 void Coordinator::CheckStopped(Entry& e) {

@@ -49,7 +49,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
               .Register(r)
               .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001,
                                                                0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                               0.1, 0.25, 0.5, 1, 2.5})) {}
+                                                               0.1, 0.25, 0.5, 1, 2.5})),
+      stale_reports_(prometheus::BuildCounter()
+                         .Name("trainyard_stale_reports_total")
+                         .Help("Metrics reports refused because their job attempt is not the "
+                               "current one (a stale attempt, e.g. of a partitioned worker)")
+                         .Register(r)
+                         .Add({})) {}
 
 void CoordinatorMetrics::Update(const Coordinator::Snapshot& s) {
   for (int st = trainyard::v1::PENDING; st <= trainyard::v1::CANCELLED; ++st) {
@@ -60,6 +66,9 @@ void CoordinatorMetrics::Update(const Coordinator::Snapshot& s) {
   queue_length_.Set(s.queue_length);
   workers_alive_.Set(s.workers_alive);
   workers_registered_.Set(s.workers_known);
+  if (static_cast<double>(s.stale_reports) > stale_reports_.Value()) {
+    stale_reports_.Increment(static_cast<double>(s.stale_reports) - stale_reports_.Value());
+  }
   std::set<std::string> now;
   for (const Coordinator::JobGauges& j : s.jobs) now.insert(j.id);
   for (const std::string& id : exported_) {

@@ -1,5 +1,6 @@
 // The coordinator's Prometheus metrics (served on /metrics by the coordinator's main): jobs by
-// state, queue length, workers, and per job its state (a series per state, 1 for the current
+// state, queue length, workers, metrics reports refused as a stale attempt's (a counter), and
+// per job its state (a series per state, 1 for the current
 // one), step, loss, throughput, ETA, restarts (a counter), and the hang and straggler flags.
 // Update() copies a Coordinator::Snapshot into the gauges, and adds to a job's restart counter
 // what its record gained since (so the counter equals the record's count, also after a
@@ -43,7 +44,8 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& hung_;
   prometheus::Family<prometheus::Gauge>& stragglers_;
   prometheus::Histogram& heartbeat_latency_;
-  std::set<std::string> exported_;  // jobs with series now
+  prometheus::Counter& stale_reports_;  // follows Snapshot::stale_reports
+  std::set<std::string> exported_;      // jobs with series now
 };
 
 }  // namespace trainyard::server

@@ -26,6 +26,10 @@ Status CheckWorkerName(const std::string& name) {
 
 }  // namespace
 
+std::chrono::milliseconds LeaseOf(const CoordinatorOptions& options) {
+  return options.heartbeat_timeout * 3 / 4;
+}
+
 StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const trainyard::v1::RegisterWorkerRequest& req) {
   RETURN_IF_ERROR(CheckWorkerName(req.name()));
@@ -77,6 +81,7 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   for (const auto& s : req.ranks()) OnRankStatus(req.name(), s);
   trainyard::v1::RegisterWorkerResponse out;
   out.set_heartbeat_interval_ms(options_.heartbeat_interval.count());
+  out.set_lease_ms(LeaseOf(options_).count());
   return out;
 }
 
@@ -95,6 +100,13 @@ Status Coordinator::Heartbeat(const trainyard::v1::WorkerHeartbeat& hb) {
     return s->exited() && s->exit_code() > 128;
   });
   for (const trainyard::v1::RankStatus* s : order) OnRankStatus(hb.name(), *s);
+  // The worker's lease starts again when this reaches it; one waiting ack is enough.
+  std::deque<WorkerCommand>& box = outbox_[hb.name()];
+  if (box.empty() || !box.back().has_ack()) {
+    WorkerCommand ack;
+    ack.mutable_ack()->set_lease_ms(LeaseOf(options_).count());
+    Send(hb.name(), std::move(ack));
+  }
   return OkStatus();
 }
 

@@ -234,14 +234,16 @@ Status WorkerService::ApplyHeartbeat(const v1::WorkerHeartbeat& hb) {
 
 grpc::Status WorkerService::ReportMetrics(grpc::ServerContext* ctx,
                                           grpc::ServerReader<v1::MetricsReport>* reader,
-                                          v1::ReportMetricsResponse*) {
+                                          v1::ReportMetricsResponse* resp) {
   TY_IDENTIFY(caller, Role::kWorker);
   v1::MetricsReport report;
   while (!stopping_->load() && reader->Read(&report)) {
     // Reports speak for ranks of the worker they name, which the credential must be bound to.
     if (Status s = caller.MayActAsWorker(report.worker()); !s.ok()) return rpc::ToGrpc(s);
     Status s = c_->ReportMetrics(report);
-    if (!s.ok()) {
+    if (s.code() == StatusCode::kFailedPrecondition) {  // a stale attempt's: logged there
+      AddRefusal(resp, s);
+    } else if (!s.ok()) {
       TY_LOG(WARNING) << "metrics of job " << report.job_id() << " from " << report.worker() << ": "
                       << s.message();
     }

@@ -9,11 +9,13 @@
 #include <deque>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/durable_file.h"
 #include "common/logging.h"
 #include "trainyard/v1/service.grpc.pb.h"
+#include "worker/daemon/lease.h"
 #include "worker/daemon/rank.h"
 #include "worker/daemon/rank_supervisor.h"
 #include "worker/daemon/worker_metrics.h"
@@ -78,7 +80,8 @@ std::optional<v1::MetricsReport> ToReport(const v1::RankStatus& who, const Json&
 
 class Daemon {
  public:
-  Daemon(const DaemonOptions& o, const std::atomic<bool>* stop) : o_(o), stop_(stop) {}
+  Daemon(const DaemonOptions& o, const std::atomic<bool>* stop)
+      : o_(o), stop_(stop), lease_(o.lease) {}
 
   int Run() {
     registry_ = std::make_shared<prometheus::Registry>();
@@ -154,6 +157,7 @@ class Daemon {
         }
         Apply(ranks, c);
       }
+      CheckLease(ranks);
       if (stop_->load() && !stopping) {
         stopping = true;
         stopping_ = true;
@@ -194,6 +198,15 @@ class Daemon {
       const v1::StopRanks& s = c.has_abort() ? c.abort() : c.cancel();
       ranks.Stop(s.job_id(), s.attempt(), s.checkpoint());
     }
+  }
+
+  // Stops every rank once the coordinator was silent for longer than the lease (lease.h):
+  // SIGTERM, then SIGKILL after the grace; their exits are reported once registered again.
+  void CheckLease(RankSupervisor& ranks) {
+    const std::optional<std::chrono::milliseconds> silence = lease_.Expired(SteadyClock::now());
+    if (!silence || ranks.running() == 0) return;
+    TY_LOG(WARNING) << LeaseLostMessage(*silence, lease_.lease(), ranks.Statuses());
+    ranks.StopAll(/*checkpoint=*/true);
   }
 
   // The statuses heartbeats carry. Note [Exit after metrics]: a rank's exit is held back until
@@ -247,7 +260,11 @@ class Daemon {
         Heartbeat();
         metrics_->SetConnected(false);
       } else {
-        backoff = std::min<std::chrono::milliseconds>(backoff * 2, 5s);
+        // Several tries within a lease, so a coordinator that is back is found in time.
+        const std::chrono::milliseconds lease = lease_.lease();
+        const auto cap =
+            lease.count() > 0 ? std::clamp<std::chrono::milliseconds>(lease / 4, 200ms, 5s) : 5s;
+        backoff = std::min<std::chrono::milliseconds>(backoff * 2, cap);
       }
       for (auto waited = 0ms; waited < backoff && !supervisor_done_; waited += 50ms) {
         std::this_thread::sleep_for(50ms);
@@ -278,7 +295,9 @@ class Daemon {
     }
     warned_unavailable_ = false;
     interval_ = std::chrono::milliseconds(std::max<int64_t>(10, resp.heartbeat_interval_ms()));
-    TY_LOG(INFO) << "registered with " << o_.coordinator << " as " << o_.name;
+    lease_.Renew(SteadyClock::now(), resp.lease_ms());
+    TY_LOG(INFO) << "registered with " << o_.coordinator << " as " << o_.name << " (lease "
+                 << DescribeLease(lease_.lease()) << ")";
     if (!o_.ready_file.empty() && !ready_written_) {
       ready_written_ = true;
       if (Status s = WriteFileAtomically(o_.ready_file, metrics_address_ + "\n"); !s.ok()) {
@@ -307,6 +326,8 @@ class Daemon {
     std::thread reader([&] {
       v1::WorkerCommand c;
       while (stream->Read(&c)) {
+        lease_.Renew(SteadyClock::now(), c.has_ack() ? c.ack().lease_ms() : 0);
+        if (c.has_ack()) continue;
         std::lock_guard<std::mutex> lock(commands_mu_);
         commands_.push_back(c);
       }
@@ -378,7 +399,17 @@ class Daemon {
         }
       }
       writer->WritesDone();
-      writer->Finish();
+      if (writer->Finish().ok()) LogRefused(resp);
+    }
+  }
+
+  // Reports are never resent: a refused one (a stale attempt's) is dropped, its reason logged
+  // once.
+  void LogRefused(const v1::ReportMetricsResponse& resp) {
+    for (const std::string& why : resp.refused()) {
+      if (refusals_logged_.size() < 1000 && refusals_logged_.insert(why).second) {
+        TY_LOG(WARNING) << "the coordinator refused metrics: " << why;
+      }
     }
   }
 
@@ -390,6 +421,8 @@ class Daemon {
   std::string metrics_address_;
   std::unique_ptr<v1::Worker::Stub> stub_;
   std::chrono::milliseconds interval_{1000};
+  WorkerLease lease_;
+  std::set<std::string> refusals_logged_;  // metrics thread only
   bool warned_unavailable_ = false;
   bool ready_written_ = false;
   std::atomic<bool> done_{false};

@@ -3,6 +3,11 @@
 // (RankSupervisor), forwards the ranks' metrics (ReportMetrics) and serves /metrics for
 // Prometheus. A lost connection is retried (re-registering with the ranks still running, which
 // is how a restarted coordinator learns them); SIGTERM stops the ranks and the daemon.
+// Fencing: a worker that hears nothing from the coordinator (no command, no heartbeat ack) for
+// longer than its lease stops all its ranks (lease.h), and logs "lost the coordinator for
+// 8.2 s (lease 7.5 s): stopping job J attempt N ranks 0, 1"; it keeps re-registering, and
+// reports them as exited once back. Reports the coordinator refused (a stale attempt's) are
+// logged once each: "the coordinator refused metrics: <why>".
 #pragma once
 
 #include <atomic>
@@ -31,6 +36,8 @@ struct DaemonOptions {
   std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when stopping ranks
   int threads_per_rank = 0;                // 0: cores / cpu_slots
   std::string ready_file;                  // written with the metrics address once registered
+  // Replaces the lease the coordinator gives (RegisterWorkerResponse.lease_ms) when > 0.
+  std::chrono::milliseconds lease{0};
 };
 
 // Runs until `stop` (then stops every rank, with a checkpoint) and returns the exit code.

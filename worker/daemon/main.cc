@@ -77,6 +77,10 @@ int main(int argc, char** argv) {
       .Value("metrics-listen", "127.0.0.1:9601", "Prometheus /metrics address (port 0 picks one)")
       .Value("work-dir", "trainyard-worker", "where rank specs are written")
       .Value("grace", "10", "seconds a stopping rank gets between SIGTERM and SIGKILL")
+      .Value("lease", "0",
+             "seconds without a word from the coordinator after which this worker stops its "
+             "ranks, since the coordinator may have restarted their jobs elsewhere (0: the "
+             "coordinator's lease, 3/4 of its --heartbeat-timeout)")
       .Value("ready-file", "", "write the metrics address here once registered");
   if (std::optional<int> code = f.ParseOrExit(args, "trainyard-worker", 0)) return *code;
   const rpc::CallerOptions caller = rpc::ReadCallerFlags(f);
@@ -84,6 +88,9 @@ int main(int argc, char** argv) {
   o.coordinator = caller.coordinator;
   o.token = caller.token;
   o.channel = caller.channel;
+  // A dead connection is noticed in about 4 s and dialled again (after a partition heals).
+  o.channel.keepalive_time = std::chrono::seconds(2);
+  o.channel.keepalive_timeout = std::chrono::seconds(2);
   o.name = f.Get("name").empty() ? HostName() : f.Get("name");
   StatusOr<net::AdvertiseChoice> address = ChooseAddress(f, o.coordinator);
   if (!address.ok()) return Fail(std::string(address.status().message()));
@@ -94,7 +101,9 @@ int main(int argc, char** argv) {
   StatusOr<int64_t> threads = f.Int("threads-per-rank", 0, 1024);
   StatusOr<double> grace = f.Double("grace", 0, 3600);
   StatusOr<double> memory_gib = f.Double("memory-gib", 0, 1 << 24);
-  for (const Status& s : {slots.status(), threads.status(), grace.status(), memory_gib.status()}) {
+  StatusOr<double> lease = f.Double("lease", 0, 3600);
+  for (const Status& s :
+       {slots.status(), threads.status(), grace.status(), memory_gib.status(), lease.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()));
   }
   o.cpu_slots = static_cast<int>(*slots);
@@ -105,6 +114,7 @@ int main(int argc, char** argv) {
   o.gpus = *gpus;
   o.threads_per_rank = static_cast<int>(*threads);
   o.grace = std::chrono::milliseconds(std::llround(*grace * 1000));
+  o.lease = std::chrono::milliseconds(std::llround(*lease * 1000));
   o.metrics_listen = f.Get("metrics-listen");
   o.work_dir = f.Get("work-dir");
   o.ready_file = f.Get("ready-file");

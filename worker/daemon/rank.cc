@@ -214,6 +214,7 @@ int RunRank() {
   options.progress = &progress;
   options.run_uid = Env(ranks::kJobUidEnv);
   options.job = Env(ranks::kJobEnv);
+  options.attempt = place->attempt;  // the checkpoint fence's epoch
   options.on_step = [&](const trainer::StepMetrics& m) {
     reporter.Send(trainer::StepMetricsJson(m));
   };

@@ -190,8 +190,12 @@ std::string StepDirName(int64_t step) {
   return buffer;
 }
 
-CheckpointManager::CheckpointManager(std::string dir, int keep_last, const Clock* clock)
-    : dir_(std::move(dir)), keep_last_(keep_last), clock_(clock ? clock : Clock::Real()) {
+CheckpointManager::CheckpointManager(std::string dir, int keep_last, const Clock* clock,
+                                     int64_t attempt)
+    : dir_(std::move(dir)),
+      keep_last_(keep_last),
+      clock_(clock ? clock : Clock::Real()),
+      fence_(dir_, attempt) {
   TY_CHECK(keep_last_ >= 0) << "keep_last is " << keep_last_;
   TY_CHECK(!dir_.empty()) << "checkpoint directory is empty";
 }
@@ -209,6 +213,7 @@ Status CheckpointManager::SaveWithOptimizerState(
   Manifest manifest;
   manifest.state = state;
   manifest.state.saved_at = clock_->UnixSeconds();
+  manifest.state.attempt = fence_.epoch();
   if (optimizer_state != nullptr) manifest.optimizer_file = kOptimizerFile;
   const std::string name = StepDirName(state.step);
   const std::string tmp = dir_ + "/" + kTmpPrefix + name + "-" + std::to_string(::getpid());
@@ -219,12 +224,22 @@ Status CheckpointManager::SaveWithOptimizerState(
   fs::remove_all(tmp, ec);  // left by an earlier process that had our pid
   if (::mkdir(tmp.c_str(), 0755) != 0) return ErrnoStatus("creating " + Quoted(tmp));
   Status s = WriteContents(tmp, model, optimizer_state, manifest);
-  if (s.ok()) s = Publish(tmp, dir_, name);
   if (!s.ok()) {
     RemoveAllOrWarn(tmp);
     return s.WithContext("saving checkpoint " + Quoted(dir_ + "/" + name));
   }
-  Prune(state.step);
+  s = fence_.Commit(name, [&] {
+    RETURN_IF_ERROR(Publish(tmp, dir_, name));
+    Prune(state.step);  // under the fence too: a stale attempt deletes nothing
+    return OkStatus();
+  });
+  if (!s.ok()) {
+    RemoveAllOrWarn(tmp);
+    // A refusal (FailedPrecondition) names the step and the directory already.
+    return s.code() == StatusCode::kFailedPrecondition
+               ? s
+               : s.WithContext("saving checkpoint " + Quoted(dir_ + "/" + name));
+  }
   return OkStatus();
 }
 

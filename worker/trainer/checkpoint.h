@@ -16,6 +16,8 @@
 // step-* is therefore complete whenever it exists, even after a crash at any point; leftovers
 // of a crashed save are hidden (names starting with '.') and removed by the next Save. Old
 // checkpoints are renamed to .trash-step-<step>-<pid> before being deleted, for the same reason.
+// Under the service, the rename and the pruning happen only while the directory's fence allows
+// the writing attempt (Note [Checkpoint fence] in checkpoint_fence.h).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,7 @@
 #include "common/status.h"
 #include "worker/nn/module.h"
 #include "worker/optim/optimizer.h"
+#include "worker/trainer/checkpoint_fence.h"
 #include "worker/trainer/manifest.h"
 
 namespace trainyard::trainer {
@@ -39,7 +42,14 @@ class CheckpointManager {
  public:
   // keep_last > 0 keeps the newest keep_last step directories after each Save; 0 keeps all.
   // `clock` stamps saved_at (the real clock when null) and must outlive the manager.
-  CheckpointManager(std::string dir, int keep_last, const Clock* clock = nullptr);
+  // `attempt` is the epoch of the job attempt writing (Note [Checkpoint fence]), recorded in
+  // every manifest; 0 (a run outside the service) neither reads nor writes a fence.
+  CheckpointManager(std::string dir, int keep_last, const Clock* clock = nullptr,
+                    int64_t attempt = 0);
+
+  // Raises the directory's fence to this attempt (rank 0, before resuming). FailedPrecondition
+  // naming both attempts when the fence is already above it: this attempt is stale.
+  Status RaiseFence() const { return fence_.Raise(); }
 
   // Writes <dir>/step-<state.step>/ (Note [Atomic checkpoint]), creating <dir> if needed and
   // replacing an existing directory of the same step. `optimizer` may be null (no optimizer
@@ -47,6 +57,9 @@ class CheckpointManager {
   // written; a failure to delete is logged, not returned, since the checkpoint is safe.
   // `state` must be valid (TY_CHECK, see CheckpointState); its saved_at is ignored.
   // Errors (I/O, a tensor safetensors refuses) name the path; nothing named step-* is left.
+  // FailedPrecondition "checkpoint step-00000120 of attempt 1 refused: <dir> is fenced at
+  // attempt 2" when a newer attempt raised the fence: the temporary directory is removed and
+  // every step directory (the newest good one too) is left as it was.
   Status Save(const nn::Module& model, const optim::Optimizer* optimizer,
               const CheckpointState& state);
   // The same with the optimizer's state dict already taken (a ZeRO optimizer gathers it from
@@ -71,6 +84,7 @@ class CheckpointManager {
   std::string dir_;
   int keep_last_;
   const Clock* clock_;
+  CheckpointFence fence_;
 };
 
 // Restores a checkpoint into an existing model and optimizer (null: the optimizer state is not

@@ -159,6 +159,9 @@ StatusOr<Manifest> ParseManifest(const Json& json) {
   }
   ASSIGN_OR_RETURN(m.state.saved_at, json.GetOr<double>("saved_at", 0.0));
   ASSIGN_OR_RETURN(m.state.spec, json.GetOr<Json>("spec", Json()));
+  if (json.Find("attempt") != nullptr) {
+    ASSIGN_OR_RETURN(m.state.attempt, ReadCount(json, "attempt", 0));
+  }
   RETURN_IF_ERROR(ReadFiles(json, &m));
   ASSIGN_OR_RETURN(Json run, json.GetOr<Json>("run", Json()));
   if (!run.is_null()) {
@@ -175,9 +178,9 @@ StatusOr<Manifest> ParseManifest(const Json& json) {
 
 Json ManifestToJson(const Manifest& manifest) {
   const CheckpointState& s = manifest.state;
-  TY_CHECK(s.step >= 0 && s.epoch >= 0 && s.position >= 0 && s.world_size >= 1)
+  TY_CHECK(s.step >= 0 && s.epoch >= 0 && s.position >= 0 && s.world_size >= 1 && s.attempt >= 0)
       << "checkpoint state: step " << s.step << ", epoch " << s.epoch << ", position " << s.position
-      << ", world size " << s.world_size;
+      << ", world size " << s.world_size << ", attempt " << s.attempt;
   TY_CHECK(IsPlainFileName(manifest.model_file)) << manifest.model_file;
   TY_CHECK(!manifest.optimizer_file || IsPlainFileName(*manifest.optimizer_file));
   Json generators = Json::Object({{kDefaultGenerator, GeneratorToJson(s.default_generator)}});
@@ -208,6 +211,7 @@ Json ManifestToJson(const Manifest& manifest) {
     }
     out.Set("files", std::move(files));
   }
+  if (s.attempt > 0) out.Set("attempt", s.attempt);
   if (!s.run.spec_digest.empty()) {
     out.Set(
         "run",

@@ -16,6 +16,7 @@
 //     "saved_at": 1712345678.25,     Unix seconds
 //     "spec": {...},                 the job spec, any JSON value
 //     "run": {"uid": "9f0c...", "spec_digest": "1b2c3d4e5f607182", "job": "fashion-mlp-1"},
+//     "attempt": 2,                  the job attempt that wrote it (absent: 0)
 //     "files": {"model.safetensors": {"bytes": 2140, "crc32": "1a2b3c4d"}, ...}
 //   }
 //
@@ -23,6 +24,9 @@
 // checkpoint is resumed; manifests written before it have none.
 // "run" is the identity of the run that wrote it (run_identity.h, Note [Run identity]);
 // manifests written before it have none.
+// "attempt" is the epoch of the job attempt that wrote it (Note [Checkpoint fence] in
+// checkpoint_fence.h); written only when above 0, so runs outside the service (and manifests
+// written before it) have none.
 //
 // Seeds and offsets are uint64: JSON integers when they fit int64, decimal strings above that
 // (JSON readers lose integers past 2^53 or 2^63), and the reader accepts both.
@@ -70,6 +74,9 @@ struct CheckpointState {
   Json spec;                // the job spec, stored as given
   double saved_at = 0;      // Unix seconds; CheckpointManager::Save sets it from its clock
   RunIdentity run;          // who wrote it; spec_digest "" (not written) for none
+  // The job attempt that wrote it (Note [Checkpoint fence]); 0: none (`trainyard train`).
+  // CheckpointManager::Save sets it from its attempt.
+  int64_t attempt = 0;
 };
 
 struct FileDigest {

@@ -167,8 +167,10 @@ Status Trainer::BuildModel() {
 Status Trainer::OpenCheckpointDir(bool save_vocabulary) {
   const std::string& dir = spec_.checkpoint.dir;
   if (dir.empty()) return OkStatus();
-  checkpoints_ =
-      std::make_unique<CheckpointManager>(dir, spec_.checkpoint.keep_last, options_.clock);
+  checkpoints_ = std::make_unique<CheckpointManager>(dir, spec_.checkpoint.keep_last,
+                                                     options_.clock, options_.attempt);
+  // Before anything is resumed or written: a stale attempt stops here.
+  if (rank_ == 0) RETURN_IF_ERROR(checkpoints_->RaiseFence());
   if (spec_.data.source != "text" || !save_vocabulary || rank_ != 0) return OkStatus();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -183,6 +183,11 @@ struct TrainerOptions {
   // empty job is spec.name.
   std::string run_uid;
   std::string job;
+  // The coordinator's attempt of the job this rank belongs to, the epoch of its checkpoint
+  // fence (Note [Checkpoint fence] in checkpoint_fence.h): rank 0 raises checkpoint.dir's
+  // fence to it before resuming, and its checkpoints commit only while the fence allows.
+  // 0 (`trainyard train`): no fence is read or written.
+  int64_t attempt = 0;
   // Where rank 0 writes the per-step metrics (metrics_log.h); "": <checkpoint.dir>/metrics.jsonl
   // with a checkpoint.dir, else none.
   std::string metrics_file;

@@ -74,6 +74,27 @@ TEST(ManifestTest, ReadsAManifestWithoutOptimizerFileAsHavingNone) {
   EXPECT_FALSE(loaded->optimizer_file.has_value());
 }
 
+TEST(ManifestTest, TheWritingAttemptRoundTripsAndOlderManifestsReadAsNone) {
+  Manifest m = FullManifest();
+  m.state.attempt = 7;
+  Json json = ManifestToJson(m);
+  EXPECT_EQ(json.Find("attempt")->int_value(), 7);
+  StatusOr<Manifest> loaded = ManifestFromJson(json);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->state.attempt, 7);
+
+  m.state.attempt = 0;  // outside the service, and manifests written before attempts
+  json = ManifestToJson(m);
+  EXPECT_EQ(json.Find("attempt"), nullptr);
+  loaded = ManifestFromJson(json);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->state.attempt, 0);
+
+  json.Set("attempt", -1);
+  EXPECT_THAT(std::string(ManifestFromJson(json).status().message()),
+              HasSubstr("field \"attempt\" is -1"));
+}
+
 // The manifest of FullManifest() with `key` set to `value`.
 Status ReadWith(const std::string& key, Json value) {
   Json json = ManifestToJson(FullManifest());
