@@ -77,12 +77,17 @@ class HeartbeatStream final
 
   void Start(grpc::CallbackServerContext* ctx) {
     self_ = shared_from_this();
-    std::lock_guard<std::mutex> lock(mu_);
     StatusOr<Identity> caller = env_.auth->Identify(*ctx, Role::kWorker);
-    if (!caller.ok()) return out_.End(rpc::ToGrpc(caller.status()));
-    caller_ = *std::move(caller);
-    if (!env_.streams->Add(this)) return out_.End(grpc::Status::OK);
-    StartRead(&in_);
+    if (caller.ok()) caller_ = *caller;
+    const bool added = caller.ok() && env_.streams->Add(this);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!caller.ok()) {
+      out_.End(rpc::ToGrpc(caller.status()));
+    } else if (!added) {
+      out_.End(grpc::Status::OK);
+    } else if (!out_.ending()) {  // not stopped since Add
+      StartRead(&in_);
+    }
   }
 
   void OnReadDone(bool ok) override {
@@ -242,12 +247,14 @@ class MetricsStream final : public grpc::ServerReadReactor<v1::MetricsReport>, p
  public:
   MetricsStream(const StreamEnv& env, grpc::CallbackServerContext* ctx) : env_(env) {
     StatusOr<Identity> caller = env_.auth->Identify(*ctx, Role::kWorker);
+    if (caller.ok()) caller_ = *caller;
     if (!caller.ok()) {
       End(rpc::ToGrpc(caller.status()));
-    } else if (caller_ = *std::move(caller); !env_.streams->Add(this)) {
+    } else if (!env_.streams->Add(this)) {
       End(grpc::Status::OK);
     } else {
-      StartRead(&report_);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ended_) StartRead(&report_);  // not stopped since Add
     }
   }
 
