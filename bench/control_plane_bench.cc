@@ -1,10 +1,14 @@
 // The service's control plane under load: one real trainyard-coordinator with `--workers`
-// simulated workers (each registers and heartbeats every second on its own stream) and
-// `--watchers` clients watching jobs, for `--seconds`. Reports the coordinator's CPU use and
-// the heartbeat latency (sent to applied, from its trainyard_heartbeat_latency_seconds
-// histogram). Then the latency from submit to the first step with real worker daemons, and
-// how long `trainyard local` takes to start its coordinator and workers.
-//   build/bench/control_plane_bench [--workers 1000] [--watchers 100] [--seconds 20]
+// simulated workers (each registers and heartbeats every second on its own stream:
+// sim_fleet.h) and `--watchers` clients watching jobs, for `--seconds`. Reports the
+// coordinator's CPU use and threads and the heartbeat latency (sent to applied, from its
+// trainyard_heartbeat_latency_seconds histogram). Then (--restart 1) a full restart: the
+// coordinator stopped and started again on its state directory, timed until every worker is
+// registered and heartbeating again. Then (--rounds N, 0: none) the latency from submit to the
+// first step with real worker daemons, and how long `trainyard local` takes to start its
+// coordinator and workers.
+//   build/bench/control_plane_bench [--workers 10000] [--watchers 1000] [--seconds 20]
+//                                   [--restart 1] [--rounds 3]
 #include <sys/resource.h>
 
 #include <atomic>
@@ -15,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/sim_fleet.h"
 #include "tests/testing/cluster.h"
 
 namespace {
@@ -100,40 +105,6 @@ Histogram Minus(const Histogram& a, const Histogram& b) {
   return d;
 }
 
-// One simulated worker: registers, then heartbeats every second on one stream until `stop`.
-void SimulatedWorker(std::shared_ptr<grpc::Channel> channel, int i, const std::atomic<bool>* stop,
-                     std::atomic<int>* registered) {
-  auto stub = v1::Worker::NewStub(channel);
-  const std::string name = "sim-" + std::to_string(i);
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
-    v1::RegisterWorkerRequest req;
-    req.set_name(name);
-    req.set_host("10.0.0." + std::to_string(i % 250));
-    req.set_cpu_slots(1);
-    v1::RegisterWorkerResponse resp;
-    if (!stub->RegisterWorker(&ctx, req, &resp).ok()) return;
-  }
-  ++*registered;
-  grpc::ClientContext ctx;
-  auto stream = stub->Heartbeat(&ctx);
-  // Spread the beats over the second, as independent workers would be.
-  std::this_thread::sleep_for(std::chrono::milliseconds((i * 7919) % 1000));
-  auto next = SteadyClock::now();
-  while (!stop->load()) {
-    v1::WorkerHeartbeat hb;
-    hb.set_name(name);
-    hb.set_sent_unix_us(std::chrono::duration_cast<std::chrono::microseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count());
-    if (!stream->Write(hb)) break;
-    next += 1s;
-    while (!stop->load() && SteadyClock::now() < next) std::this_thread::sleep_for(50ms);
-  }
-  ctx.TryCancel();
-}
-
 int Flag(int argc, char** argv, const char* name, int fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
@@ -141,7 +112,114 @@ int Flag(int argc, char** argv, const char* name, int fallback) {
   return fallback;
 }
 
-void ControlPlane(int workers, int watchers, int seconds) {
+// Jobs to watch (one rank each; they sit SCHEDULED on simulated workers that never run them).
+std::vector<std::string> SubmitWatchedJobs(testing::Cluster& cluster) {
+  std::vector<std::string> ids;
+  for (int j = 0; j < 10; ++j) {
+    auto job = cluster.client().Submit(
+        R"({"name":"watched","model":{"mlp":{"sizes":[4,3]}},"data":{"csv":{"path":"x.csv"}},"optimizer":{"sgd":{}},"steps":10})");
+    if (job.ok()) ids.push_back(job->id());
+  }
+  return ids;
+}
+
+// `n` clients watching the jobs `ids` round robin, each on its own connection and thread,
+// until Stop.
+class Watchers {
+ public:
+  Watchers(const std::string& address, const std::vector<std::string>& ids, int n)
+      : stops_(static_cast<size_t>(n)) {
+    for (int w = 0; w < n && !ids.empty(); ++w) {
+      client::ConnectOptions o;
+      o.coordinator = address;
+      clients_.push_back(*client::ServiceClient::Connect(o));
+      client::ServiceClient* c = clients_.back().get();
+      const std::string id = ids[static_cast<size_t>(w) % ids.size()];
+      client::WatchStop* stop = &stops_[static_cast<size_t>(w)];
+      threads_.emplace_back([this, c, id, stop] {
+        (void)c->Watch(
+            id, [&](const v1::JobEvent&) { return ++events_ > 0; }, 1s, stop);
+      });
+    }
+  }
+  ~Watchers() { Stop(); }
+  void Stop() {
+    for (client::WatchStop& s : stops_) s.Stop();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+  int64_t events() const { return events_.load(); }
+
+ private:
+  std::vector<std::unique_ptr<client::ServiceClient>> clients_;
+  std::vector<client::WatchStop> stops_;
+  std::vector<std::thread> threads_;
+  std::atomic<int64_t> events_{0};
+};
+
+// Eight channels (connections), as many nodes behind one load balancer would look.
+std::vector<std::shared_ptr<grpc::Channel>> Channels(const std::string& address) {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int c = 0; c < 8; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.channel_id", c);  // distinct channels, not one shared subchannel
+    channels.push_back(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  }
+  return channels;
+}
+
+// The steady state for `seconds`: the coordinator's CPU and threads, the heartbeat latency.
+void Measure(testing::Cluster& cluster, int workers, int watchers, int seconds) {
+  const std::string hist = "trainyard_heartbeat_latency_seconds";
+  const Histogram before = Scrape(cluster.metrics_address(), hist);
+  const double cpu0 = CpuSeconds(cluster.coordinator().pid());
+  const auto t0 = SteadyClock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  const double cpu = CpuSeconds(cluster.coordinator().pid()) - cpu0;
+  const double wall = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  const Histogram h = Minus(Scrape(cluster.metrics_address(), hist), before);
+  std::printf("control plane: %d simulated workers heartbeating every 1 s, %d watchers, %.0f s\n",
+              workers, watchers, wall);
+  std::printf("  workers alive            %d of %d\n", cluster.AliveWorkers(), workers);
+  std::printf("  coordinator CPU          %.1f%% of one core (%.2f s in %.1f s), %d threads\n",
+              100 * cpu / wall, cpu, wall, Threads(cluster.coordinator().pid()));
+  std::printf("  heartbeats applied       %.0f (%.0f/s)\n", h.count, h.count / wall);
+  std::printf("  heartbeat latency        mean %.2f ms, p50 <= %.2f ms, p99 <= %.2f ms\n",
+              h.count > 0 ? 1e3 * h.sum / h.count : 0, 1e3 * h.Quantile(0.5),
+              1e3 * h.Quantile(0.99));
+}
+
+// Stops the coordinator (SIGTERM), starts it again on the same state directory and port, and
+// times until every simulated worker has registered again and written a heartbeat on its new
+// stream, and the coordinator lists them all alive.
+void Restart(testing::Cluster& cluster, bench::SimFleet& fleet, int workers) {
+  fleet.NewEpoch();
+  const auto t0 = SteadyClock::now();
+  cluster.coordinator().Kill(SIGTERM);
+  const auto stopped = SteadyClock::now();
+  std::string error;
+  if (!cluster.StartCoordinator(&error)) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    std::exit(1);
+  }
+  const auto up = SteadyClock::now();
+  const bool back = testing::WaitUntil([&] { return fleet.back() == workers; }, 120s);
+  const bool alive = testing::WaitUntil([&] { return cluster.AliveWorkers() == workers; }, 30s);
+  const auto all = SteadyClock::now();
+  const Histogram h = Scrape(cluster.metrics_address(), "trainyard_heartbeat_latency_seconds");
+  auto s = [&](SteadyClock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
+  std::printf("restart: SIGTERM, then the coordinator again on the same state dir\n");
+  std::printf("  stopped (every stream ended)   %.2f s\n", s(stopped));
+  std::printf("  serving again                  %.2f s\n", s(up));
+  std::printf(
+      "  all %d back (registered, heartbeating)  %.2f s%s (%d re-registered, %d alive, "
+      "%.0f heartbeats applied)\n",
+      workers, s(all), back && alive ? "" : " NOT ALL", fleet.back(), cluster.AliveWorkers(),
+      h.count);
+}
+
+void ControlPlane(int workers, int watchers, int seconds, bool restart) {
   TempDir dir;
   testing::Cluster cluster(dir.path(), {0, 1, 30, {}, {}, {}});
   std::string error;
@@ -151,71 +229,18 @@ void ControlPlane(int workers, int watchers, int seconds) {
   }
   rlimit nofile{65536, 65536};
   ::setrlimit(RLIMIT_NOFILE, &nofile);
-  std::atomic<bool> stop{false};
-  std::atomic<int> registered{0};
-  std::vector<std::thread> threads;
-  // A few channels (connections), as many nodes behind one load balancer would look.
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  for (int c = 0; c < 8; ++c) {
-    grpc::ChannelArguments args;
-    args.SetInt("grpc.channel_id", c);  // distinct channels, not one shared subchannel
-    channels.push_back(
-        grpc::CreateCustomChannel(cluster.address(), grpc::InsecureChannelCredentials(), args));
-  }
-  for (int i = 0; i < workers; ++i) {
-    threads.emplace_back(SimulatedWorker, channels[i % channels.size()], i, &stop, &registered);
-  }
-  testing::WaitUntil([&] { return registered.load() == workers; }, 60s);
-  // Jobs to watch (one rank each; they sit SCHEDULED on simulated workers that never run them).
-  std::vector<std::string> ids;
-  for (int j = 0; j < 10; ++j) {
-    auto job = cluster.client().Submit(
-        R"({"name":"watched","model":{"mlp":{"sizes":[4,3]}},"data":{"csv":{"path":"x.csv"}},"optimizer":{"sgd":{}},"steps":10})");
-    if (job.ok()) ids.push_back(job->id());
-  }
-  std::atomic<int64_t> events{0};
-  std::vector<std::unique_ptr<client::ServiceClient>> watch_clients;
-  for (int w = 0; w < watchers && !ids.empty(); ++w) {
-    client::ConnectOptions o;
-    o.coordinator = cluster.address();
-    watch_clients.push_back(*client::ServiceClient::Connect(o));
-    client::ServiceClient* c = watch_clients.back().get();
-    const std::string id = ids[static_cast<size_t>(w) % ids.size()];
-    threads.emplace_back([c, id, &events, &stop] {
-      (void)c->Watch(
-          id,
-          [&](const v1::JobEvent&) {
-            ++events;
-            return !stop.load();
-          },
-          1s);
-    });
-  }
+  bench::SimFleet fleet(Channels(cluster.address()), workers);
+  fleet.Start();
+  testing::WaitUntil([&] { return fleet.back() == workers; }, 120s);
+  Watchers watching(cluster.address(), SubmitWatchedJobs(cluster), watchers);
   std::this_thread::sleep_for(3s);  // let every stream settle
-  const Histogram before = Scrape(cluster.metrics_address(), "trainyard_heartbeat_latency_seconds");
-  const double cpu0 = CpuSeconds(cluster.coordinator().pid());
-  const auto t0 = SteadyClock::now();
-  std::this_thread::sleep_for(std::chrono::seconds(seconds));
-  const double cpu = CpuSeconds(cluster.coordinator().pid()) - cpu0;
-  const double wall = std::chrono::duration<double>(SteadyClock::now() - t0).count();
-  const Histogram h =
-      Minus(Scrape(cluster.metrics_address(), "trainyard_heartbeat_latency_seconds"), before);
-  const int alive = cluster.AliveWorkers();
-  const int coordinator_threads = Threads(cluster.coordinator().pid());
-  // Unblock the watchers (they return at their next event or when the coordinator stops).
-  stop = true;
+  Measure(cluster, workers, watchers, seconds);
+  std::printf("  watch events received    %lld\n", static_cast<long long>(watching.events()));
+  std::printf("  commands received        %lld\n", static_cast<long long>(fleet.commands()));
+  watching.Stop();
+  if (restart) Restart(cluster, fleet, workers);
+  fleet.Stop();
   cluster.coordinator().Kill(SIGTERM);
-  for (std::thread& t : threads) t.join();
-  std::printf("control plane: %d simulated workers heartbeating every 1 s, %d watchers, %.0f s\n",
-              workers, watchers, wall);
-  std::printf("  workers alive            %d of %d\n", alive, workers);
-  std::printf("  coordinator CPU          %.1f%% of one core (%.2f s in %.1f s), %d threads\n",
-              100 * cpu / wall, cpu, wall, coordinator_threads);
-  std::printf("  heartbeats applied       %.0f (%.0f/s)\n", h.count, h.count / wall);
-  std::printf("  heartbeat latency        mean %.2f ms, p50 <= %.2f ms, p99 <= %.2f ms\n",
-              h.count > 0 ? 1e3 * h.sum / h.count : 0, 1e3 * h.Quantile(0.5),
-              1e3 * h.Quantile(0.99));
-  std::printf("  watch events received    %lld\n", static_cast<long long>(events.load()));
 }
 
 // Submit to the first step with real workers, and local's start-up (coordinator + workers up).
@@ -259,8 +284,8 @@ void FirstStep(int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ControlPlane(Flag(argc, argv, "--workers", 1000), Flag(argc, argv, "--watchers", 100),
-               Flag(argc, argv, "--seconds", 20));
-  FirstStep(Flag(argc, argv, "--rounds", 3));
+  ControlPlane(Flag(argc, argv, "--workers", 10000), Flag(argc, argv, "--watchers", 1000),
+               Flag(argc, argv, "--seconds", 20), Flag(argc, argv, "--restart", 1) != 0);
+  if (const int rounds = Flag(argc, argv, "--rounds", 3); rounds > 0) FirstStep(rounds);
   return 0;
 }

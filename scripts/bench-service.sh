@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The service's control-plane benchmark (bench/control_plane_bench.cc): one real coordinator
-# with 1 000 simulated workers heartbeating every second and 100 watchers (CPU use, heartbeat
-# latency), then submit-to-first-step with real worker daemons. Extra arguments go to the
-# benchmark (--workers N --watchers N --seconds N --rounds N).
+# with 10 000 simulated workers heartbeating every second and 1 000 watchers (CPU use, threads,
+# heartbeat latency), a full restart of the coordinator on its state directory (until every
+# worker is registered and heartbeating again), then submit-to-first-step with real worker
+# daemons. Extra arguments go to the benchmark (--workers N --watchers N --seconds N
+# --restart 0|1 --rounds N; --rounds 0 skips the first step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh

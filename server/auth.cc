@@ -61,7 +61,7 @@ std::vector<std::string> Properties(const grpc::AuthContext& auth, const char* n
 }
 
 // The identity of a verified client certificate, or nullopt when the peer presented none.
-std::optional<Identity> CertificateIdentity(const grpc::ServerContext& ctx, bool client_too) {
+std::optional<Identity> CertificateIdentity(const grpc::ServerContextBase& ctx, bool client_too) {
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth == nullptr || !auth->IsPeerAuthenticated()) return std::nullopt;
   Identity id;
@@ -166,7 +166,7 @@ std::shared_ptr<const std::vector<TokenEntry>> Authenticator::Table() const {
   return table_;
 }
 
-StatusOr<Identity> Authenticator::Identify(const grpc::ServerContext& ctx, Role role) const {
+StatusOr<Identity> Authenticator::Identify(const grpc::ServerContextBase& ctx, Role role) const {
   if (!tokens() && !mtls_) {
     Identity any;
     any.description = "no credential";

@@ -29,7 +29,7 @@
 #include "common/status.h"
 
 namespace grpc {
-class ServerContext;
+class ServerContextBase;
 }
 
 namespace trainyard::server {
@@ -76,7 +76,7 @@ class Authenticator {
 
   // The caller's identity for a call that needs `role`: Unauthenticated (code 16) without a
   // valid credential, PermissionDenied with one that lacks the role.
-  StatusOr<Identity> Identify(const grpc::ServerContext& ctx, Role role) const;
+  StatusOr<Identity> Identify(const grpc::ServerContextBase& ctx, Role role) const;
 
   bool tokens() const { return !tokens_file_.empty(); }
   bool mtls() const { return mtls_; }

@@ -66,16 +66,40 @@ bool Watcher::ended() const {
 }
 
 void Watcher::Push(JobEvent event) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (queue_.size() >= kMaxQueued && event.has_step()) return;  // a slow watcher skips steps
-  queue_.push_back(std::move(event));
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() >= kMaxQueued && event.has_step()) return;  // a slow watcher skips steps
+    queue_.push_back(std::move(event));
+    cv_.notify_all();
+  }
+  Wake();
 }
 
 void Watcher::End() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ended_ = true;
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended_ = true;
+    cv_.notify_all();
+  }
+  Wake();
+}
+
+void Watcher::SetWake(std::function<void()> wake) {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_ = std::move(wake);
+  }
+  Wake();
+}
+
+void Watcher::ClearWake() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  wake_ = nullptr;
+}
+
+void Watcher::Wake() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  if (wake_) wake_();
 }
 
 // ---- Coordinator: set-up, the job state machine, the tick ----
@@ -212,6 +236,7 @@ Status Coordinator::Transition(Entry& e, JobState to, const std::string& reason,
 void Coordinator::Send(const std::string& worker, WorkerCommand command) {
   outbox_[worker].push_back(std::move(command));
   commands_cv_.notify_all();
+  WakeWorker(worker, /*drop=*/false);
 }
 
 void Coordinator::Tick() {
@@ -220,6 +245,7 @@ void Coordinator::Tick() {
     TY_LOG(WARNING) << "worker " << name << " lost: no heartbeat for "
                     << FormatSeconds(SecondsOf(options_.heartbeat_timeout));
     commands_cv_.notify_all();
+    WakeWorker(name, /*drop=*/true);
   }
   for (const std::string& id : order_) {
     Entry& e = *jobs_[id];

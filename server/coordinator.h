@@ -12,7 +12,8 @@
 //
 // Every state change is committed to the JobStore before the call that caused it returns.
 // Commands for workers (assign, abort, cancel, and an acknowledgement of each heartbeat) wait
-// in a per-worker outbox that the worker's Heartbeat stream drains (TakeCommands).
+// in a per-worker outbox that the worker's Heartbeat stream drains (TakeCommands, or a wake and
+// a TakeCommands that does not wait).
 //
 // Fencing (Note [Checkpoint fence] in worker/trainer/checkpoint_fence.h; docs/operations.md):
 // the attempt number is the epoch of a job. A worker's lease (RegisterWorkerResponse.lease_ms,
@@ -28,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,17 +70,27 @@ std::chrono::milliseconds LeaseOf(const CoordinatorOptions& options);
 // One client's view of a job's events (WatchJob).
 class Watcher {
  public:
-  // The next event, waiting up to `timeout`: false on timeout, or once the job has ended and
-  // every event was taken (then ended() is true).
+  // The next event, waiting up to `timeout` (0: not at all): false on timeout, or once the job
+  // has ended and every event was taken (then ended() is true).
   bool Next(trainyard::v1::JobEvent* event, std::chrono::milliseconds timeout);
   bool ended() const;
+  // For a transport that cannot wait in Next: calls `wake` after every Push and End until
+  // ClearWake, and once at once. `wake` runs outside this watcher's lock (it may call Next) but
+  // maybe under the coordinator's (it must not call the Coordinator, and must return at once).
+  void SetWake(std::function<void()> wake);
+  // Once it returns, the wake runs no more.
+  void ClearWake();
 
   // For the coordinator.
   void Push(trainyard::v1::JobEvent event);
   void End();
 
  private:
+  void Wake();
+
   static constexpr size_t kMaxQueued = 10000;  // beyond it, step metrics are dropped
+  std::mutex wake_mu_;                         // held while wake_ runs; taken before mu_
+  std::function<void()> wake_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<trainyard::v1::JobEvent> queue_;
@@ -115,10 +127,21 @@ class Coordinator {
   // NotFound when the worker must register (again) first. Queues a HeartbeatAck for the
   // worker (one at most waits in its outbox).
   Status Heartbeat(const trainyard::v1::WorkerHeartbeat& hb);
-  // Waits up to `timeout` for commands for worker `name` and takes them. Aborted when `name`
-  // registered again since `incarnation` (a newer stream serves it now) or is not alive.
+  // Waits up to `timeout` (0: not at all) for commands for worker `name` and takes them, in the
+  // order they were queued. Aborted when `name` registered again since `incarnation` (a newer
+  // stream serves it now) or is not alive.
   StatusOr<std::vector<trainyard::v1::WorkerCommand>> TakeCommands(
       const std::string& name, int64_t incarnation, std::chrono::milliseconds timeout);
+  // For a transport that cannot wait in TakeCommands: calls `wake` whenever a command is queued
+  // for `name`, and when `name` registers again or is declared lost (TakeCommands then says
+  // Aborted), until ClearCommandsWake or a newer SetCommandsWake for the name; and once at
+  // once if commands wait already. `wake` runs under the coordinator's lock: it must return at
+  // once and must not call the Coordinator (it hands the TakeCommands to another thread).
+  // Aborted as TakeCommands when `incarnation` is not current.
+  Status SetCommandsWake(const std::string& name, int64_t incarnation, std::function<void()> wake);
+  // Removes the wake that SetCommandsWake set for this incarnation (not a newer one's); once it
+  // returns, that wake runs no more.
+  void ClearCommandsWake(const std::string& name, int64_t incarnation);
   // The worker's incarnation now; NotFound when it is not registered.
   StatusOr<int64_t> Incarnation(const std::string& name);
   // FailedPrecondition "metrics report of job J attempt 1 refused: attempt 1 is over; the job
@@ -215,6 +238,8 @@ class Coordinator {
   Status RefuseStaleReport(Entry& e, const trainyard::v1::MetricsReport& report);
   // ReportMetrics of a step of e's current attempt, from rank `r`.
   Status OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step);
+  // Runs worker `name`'s commands wake, if any; `drop` removes it after (its stream ends).
+  void WakeWorker(const std::string& name, bool drop);
   void OnRankStatus(const std::string& worker, const trainyard::v1::RankStatus& s);
   // A rank of the running attempt exited: the job succeeds once every rank exited 0 at its
   // last step; an exit 0 before the last step (unasked) or non-zero fails the attempt
@@ -244,6 +269,11 @@ class Coordinator {
   std::map<std::string, std::unique_ptr<Entry>> jobs_;
   std::vector<std::string> order_;  // job ids in submit order
   std::map<std::string, std::deque<trainyard::v1::WorkerCommand>> outbox_;
+  struct CommandsWake {
+    int64_t incarnation = 0;
+    std::function<void()> wake;
+  };
+  std::map<std::string, CommandsWake> wakes_;  // by worker name (SetCommandsWake)
   int64_t next_job_number_ = 1;
   int64_t stale_reports_ = 0;  // Snapshot::stale_reports
 };

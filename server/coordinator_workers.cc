@@ -51,6 +51,7 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   registry_.Register(info);
   outbox_[req.name()].clear();
   commands_cv_.notify_all();  // an older stream of this worker ends
+  WakeWorker(req.name(), /*drop=*/true);
   TY_LOG(INFO) << "worker " << req.name() << " (" << req.host()
                << ") registered: " << req.cpu_slots() << " CPU slots, " << req.gpus_size()
                << " GPUs, " << req.ranks_size() << " ranks running";
@@ -133,6 +134,31 @@ StatusOr<std::vector<WorkerCommand>> Coordinator::TakeCommands(const std::string
                                  std::make_move_iterator(outbox_[name].end()));
   outbox_[name].clear();
   return out;
+}
+
+Status Coordinator::SetCommandsWake(const std::string& name, int64_t incarnation,
+                                    std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const WorkerRegistry::Entry* w = registry_.Find(name);
+  if (w == nullptr || !w->alive || w->incarnation != incarnation) {
+    return AbortedError("worker " + name + " registered again or was declared lost");
+  }
+  wakes_[name] = {incarnation, std::move(wake)};
+  if (!outbox_[name].empty()) WakeWorker(name, /*drop=*/false);
+  return OkStatus();
+}
+
+void Coordinator::ClearCommandsWake(const std::string& name, int64_t incarnation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = wakes_.find(name);
+  if (it != wakes_.end() && it->second.incarnation == incarnation) wakes_.erase(it);
+}
+
+void Coordinator::WakeWorker(const std::string& name, bool drop) {
+  auto it = wakes_.find(name);
+  if (it == wakes_.end()) return;
+  it->second.wake();
+  if (drop) wakes_.erase(it);
 }
 
 std::vector<trainyard::v1::WorkerInfo> Coordinator::ListWorkers() {

@@ -3,10 +3,6 @@
 #include <google/protobuf/message.h>
 #include <google/protobuf/unknown_field_set.h>
 
-#include <condition_variable>
-#include <mutex>
-#include <thread>
-
 #include "common/json.h"
 #include "common/logging.h"
 #include "proto/rpc.h"
@@ -140,20 +136,9 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
-                                          grpc::ServerWriter<v1::JobEvent>* writer) {
-  TY_IDENTIFY(caller, Role::kClient);
-  StatusOr<std::shared_ptr<Watcher>> watcher = c_->Watch(req->id(), req->from_seq());
-  if (!watcher.ok()) return rpc::ToGrpc(watcher.status());
-  v1::JobEvent event;
-  while (!ctx->IsCancelled() && !stopping_->load()) {
-    if ((*watcher)->Next(&event, 500ms)) {
-      if (!writer->Write(event)) break;
-    } else if ((*watcher)->ended()) {
-      return grpc::Status::OK;
-    }
-  }
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping");
+grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
+    grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* req) {
+  return NewWatchStream({c_, auth_, &streams_, nullptr, nullptr}, ctx, req);
 }
 
 grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* ctx,
@@ -178,77 +163,14 @@ grpc::Status WorkerService::RegisterWorker(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-// The first heartbeat names the worker; then one thread reads heartbeats while this one writes
-// the commands the coordinator queues, until either side ends, the worker registers again (a
-// newer stream takes over) or the server stops.
-grpc::Status WorkerService::Heartbeat(
-    grpc::ServerContext* ctx,
-    grpc::ServerReaderWriter<v1::WorkerCommand, v1::WorkerHeartbeat>* stream) {
-  TY_IDENTIFY(caller, Role::kWorker);
-  v1::WorkerHeartbeat first;
-  if (!stream->Read(&first)) return grpc::Status::OK;
-  // The first heartbeat names the worker for the whole stream (later ones must repeat it).
-  if (Status s = caller.MayActAsWorker(first.name()); !s.ok()) {
-    TY_LOG(WARNING) << "refused a heartbeat as " << first.name() << ": " << s.message();
-    return rpc::ToGrpc(s);
-  }
-  Status s = ApplyHeartbeat(first);
-  if (!s.ok()) return rpc::ToGrpc(s);
-  StatusOr<int64_t> incarnation = c_->Incarnation(first.name());
-  if (!incarnation.ok()) return rpc::ToGrpc(incarnation.status());
-  std::atomic<bool> reader_done{false};
-  std::thread reader([&] {
-    v1::WorkerHeartbeat hb;
-    while (stream->Read(&hb)) {
-      if (hb.name() != first.name() || !ApplyHeartbeat(hb).ok()) break;
-    }
-    reader_done = true;
-  });
-  grpc::Status result = grpc::Status::OK;
-  while (!reader_done && !ctx->IsCancelled() && !stopping_->load()) {
-    StatusOr<std::vector<v1::WorkerCommand>> commands =
-        c_->TakeCommands(first.name(), *incarnation, 200ms);
-    if (!commands.ok()) {
-      result = rpc::ToGrpc(commands.status());
-      break;
-    }
-    bool ok = true;
-    for (const v1::WorkerCommand& c : *commands) ok = ok && stream->Write(c);
-    if (!ok) break;
-  }
-  ctx->TryCancel();  // unblocks the reader
-  reader.join();
-  return result;
+grpc::ServerBidiReactor<v1::WorkerHeartbeat, v1::WorkerCommand>* WorkerService::Heartbeat(
+    grpc::CallbackServerContext* ctx) {
+  return NewHeartbeatStream(Env(), ctx);
 }
 
-Status WorkerService::ApplyHeartbeat(const v1::WorkerHeartbeat& hb) {
-  Status s = c_->Heartbeat(hb);
-  if (on_latency_ && hb.sent_unix_us() > 0) {
-    const auto now = std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-    on_latency_(static_cast<double>(now - hb.sent_unix_us()) / 1e6);
-  }
-  return s;
-}
-
-grpc::Status WorkerService::ReportMetrics(grpc::ServerContext* ctx,
-                                          grpc::ServerReader<v1::MetricsReport>* reader,
-                                          v1::ReportMetricsResponse* resp) {
-  TY_IDENTIFY(caller, Role::kWorker);
-  v1::MetricsReport report;
-  while (!stopping_->load() && reader->Read(&report)) {
-    // Reports speak for ranks of the worker they name, which the credential must be bound to.
-    if (Status s = caller.MayActAsWorker(report.worker()); !s.ok()) return rpc::ToGrpc(s);
-    Status s = c_->ReportMetrics(report);
-    if (s.code() == StatusCode::kFailedPrecondition) {  // a stale attempt's: logged there
-      AddRefusal(resp, s);
-    } else if (!s.ok()) {
-      TY_LOG(WARNING) << "metrics of job " << report.job_id() << " from " << report.worker() << ": "
-                      << s.message();
-    }
-  }
-  return grpc::Status::OK;
+grpc::ServerReadReactor<v1::MetricsReport>* WorkerService::ReportMetrics(
+    grpc::CallbackServerContext* ctx, v1::ReportMetricsResponse* resp) {
+  return NewMetricsStream(Env(), ctx, resp);
 }
 
 grpc::Status WorkerService::StoreSet(grpc::ServerContext* ctx, const v1::StoreSetRequest* req,

@@ -190,10 +190,9 @@ class CoordinatorServer {
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, ServerCredentials(f_));
     ASSIGN_OR_RETURN(coordinator_, OpenCoordinator(f_));
     RETURN_IF_ERROR(StartMetrics());
-    client_service_ =
-        std::make_unique<server::CoordinatorService>(coordinator_.get(), auth_.get(), &stopping_);
+    client_service_ = std::make_unique<server::CoordinatorService>(coordinator_.get(), auth_.get());
     worker_service_ = std::make_unique<server::WorkerService>(
-        coordinator_.get(), auth_.get(), &stopping_,
+        coordinator_.get(), auth_.get(),
         [this](double s) { metrics_->ObserveHeartbeatLatency(s); });
     int port = 0;
     server_ =
@@ -225,7 +224,9 @@ class CoordinatorServer {
     for (const char* name : kServiceNames) {
       server_->GetHealthCheckService()->SetServingStatus(name, false);
     }
-    stopping_ = true;
+    // The streams end now (watchers hear UNAVAILABLE), not at the shutdown deadline.
+    client_service_->Stop();
+    worker_service_->Stop();
     if (health_server_) health_server_->Shutdown(std::chrono::system_clock::now() + 1s);
     server_->Shutdown(std::chrono::system_clock::now() + 2s);
   }
@@ -265,7 +266,6 @@ class CoordinatorServer {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<server::CoordinatorMetrics> metrics_;
-  std::atomic<bool> stopping_{false};
   std::unique_ptr<server::CoordinatorService> client_service_;
   std::unique_ptr<server::WorkerService> worker_service_;
   // grpc.reflection.v1, which gRPC 1.51's plugin lacks and grpcurl and Postman try first.
