@@ -54,6 +54,10 @@ struct ChannelOptions {
   // call. The coordinator accepts a ping a second (server/main.cc).
   std::chrono::milliseconds keepalive_time{10000};
   std::chrono::milliseconds keepalive_timeout{5000};
+  // The longest wait between two attempts to dial a lost connection (gRPC's backoff grows by
+  // 1.6x from 1 s up to this; its default of 120 s would keep a worker away for minutes after
+  // a long partition heals).
+  std::chrono::milliseconds max_reconnect_backoff{120000};
 };
 
 // A channel to `address` ("host:port"); InvalidArgument when the policy refuses it.

@@ -147,7 +147,7 @@ std::unique_ptr<grpc::Server> StartApiServer(const std::string& listen,
   builder.AddListeningPort(listen, creds, port);
   builder.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(rpc::kMaxMessageBytes);
-  // Workers ping every 2 s, also between calls (worker/daemon/main.cc), to notice a dead
+  // Workers ping every 5 s, also between calls (worker/daemon/main.cc), to notice a dead
   // connection promptly after a partition: accept up to one ping a second.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);

@@ -54,18 +54,6 @@ inline std::map<int64_t, double> LossByStep(const std::vector<v1::JobEvent>& eve
   return out;
 }
 
-// The mean loss of the `n` steps reported before `step` (by attempt `attempt` or earlier).
-inline double MeanLossBefore(const std::vector<v1::JobEvent>& events, int64_t step, int n) {
-  std::vector<double> losses;
-  for (const auto& e : events) {
-    if (e.has_step() && e.step().step() < step) losses.push_back(e.step().loss());
-  }
-  double sum = 0;
-  int k = 0;
-  for (auto it = losses.rbegin(); it != losses.rend() && k < n; ++it, ++k) sum += *it;
-  return k == 0 ? 0 : sum / k;
-}
-
 // The first step reported after attempt `n` was scheduled (-1: none).
 inline int64_t FirstStepOfAttempt(const std::vector<v1::JobEvent>& events, int n) {
   bool in = false;
@@ -76,25 +64,34 @@ inline int64_t FirstStepOfAttempt(const std::vector<v1::JobEvent>& events, int n
   return -1;
 }
 
-// The loss curve is continuous across attempt `n`'s start: its first loss is within a factor
-// of 1.5 of the mean of the last 5 reported before it (a restart from scratch would jump back
-// to the first step's loss, several times higher), and below the first step's.
-inline void ExpectContinuousLoss(const std::vector<v1::JobEvent>& events, int n) {
-  const int64_t first = FirstStepOfAttempt(events, n);
-  ASSERT_GT(first, 1) << "attempt " << n << " reported no step after resuming";
-  const std::map<int64_t, double> loss = LossByStep(events);
-  double resumed = 0;
+// The losses reported by attempt `n` (in order), and those reported before it started.
+inline void LossesAround(const std::vector<v1::JobEvent>& events, int n,
+                         std::vector<double>* before, std::vector<double>* after) {
   bool in = false;
   for (const auto& e : events) {
     if (e.has_state() && e.state().to() == v1::SCHEDULED) in = e.state().attempt() == n;
-    if (in && e.has_step()) {
-      resumed = e.step().loss();
-      break;
-    }
+    if (e.has_step()) (in ? after : before)->push_back(e.step().loss());
   }
-  const double before = MeanLossBefore(events, first, 5);
-  EXPECT_LT(resumed, 1.5 * before) << "step " << first << " of attempt " << n;
-  EXPECT_LT(resumed, loss.begin()->second) << "the first step's loss";
+}
+
+// The loss curve is continuous across attempt `n`'s start: the mean loss of its first 10
+// steps is within a factor of 1.6 of the mean of the last 10 before it (single batches vary
+// too much to compare), and under half the first step's loss, to which a restart from scratch
+// would jump back.
+inline void ExpectContinuousLoss(const std::vector<v1::JobEvent>& events, int n) {
+  std::vector<double> before, after;
+  LossesAround(events, n, &before, &after);
+  ASSERT_GE(before.size(), 10u) << "too few steps before attempt " << n;
+  ASSERT_GE(after.size(), 10u) << "too few steps in attempt " << n;
+  auto mean = [](auto first, auto last) {
+    double sum = 0;
+    for (auto it = first; it != last; ++it) sum += *it;
+    return sum / static_cast<double>(last - first);
+  };
+  const double was = mean(before.end() - 10, before.end());
+  const double resumed = mean(after.begin(), after.begin() + 10);
+  EXPECT_LT(resumed, 1.6 * was) << "attempt " << n << " resumed at a higher loss";
+  EXPECT_LT(resumed, 0.5 * before.front()) << "attempt " << n << " started over";
 }
 
 }  // namespace trainyard::testing

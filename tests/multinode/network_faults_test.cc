@@ -71,14 +71,18 @@ void Figure(const std::string& what, int64_t fault_ms, int64_t detected_ms, int6
 }
 
 // The job ended SUCCEEDED after `attempts` attempts, reached its last step, and is the only job.
-void ExpectOneJobSucceeded(Cluster& c, const std::string& id, int attempts, int64_t steps) {
+// (attempts: how many it took, or with max_attempts > attempts, at least `attempts` and at
+// most `max_attempts`.)
+void ExpectOneJobSucceeded(Cluster& c, const std::string& id, int attempts, int64_t steps,
+                           int max_attempts = 0) {
   auto listed = c.client().ListJobs({});
   ASSERT_TRUE(listed.ok()) << listed.status().message();
   EXPECT_EQ(listed->jobs_size(), 1);
   auto j = c.client().GetJob(id);
   ASSERT_TRUE(j.ok()) << j.status().message();
   EXPECT_EQ(j->state(), v1::SUCCEEDED) << j->DebugString();
-  EXPECT_EQ(j->attempts_size(), attempts) << j->DebugString();
+  EXPECT_GE(j->attempts_size(), attempts) << j->DebugString();
+  EXPECT_LE(j->attempts_size(), std::max(attempts, max_attempts)) << j->DebugString();
   EXPECT_EQ(j->last_step().step(), steps);
 }
 
@@ -128,8 +132,9 @@ TEST_F(NetworkFaultTest, AWorkerCutOffFromTheCoordinatorIsReplacedByTheSpare) {
 }
 
 // A rank's node cut off from its peers (data0 down), still reaching the coordinator: the
-// collective times out, the attempt fails naming the unreachable peer, and once the link is
-// back the job resumes from its latest checkpoint.
+// collective times out naming the rank it waited for; the next attempt cannot connect Gloo's
+// mesh and its error names both ends; once the link is back the job resumes from its latest
+// checkpoint.
 TEST_F(NetworkFaultTest, ANodeCutOffFromItsPeersFailsTheCollectiveAndTheJobResumes) {
   cluster_ = testing::StartNamespaced(dir_.path(), 2);
   ASSERT_NE(cluster_, nullptr);
@@ -140,20 +145,35 @@ TEST_F(NetworkFaultTest, ANodeCutOffFromItsPeersFailsTheCollectiveAndTheJobResum
   const int victim = WorkerOfRank(*cluster_, job->id(), 1);
   const int64_t fault = NowMs();
   ASSERT_TRUE(Cut(victim + 1, Net::kData));
-  ASSERT_TRUE(watch.Wait(IsRestart, 90s)) << watch.Describe() << cluster_->Logs();
-  const int64_t detected = FirstEventTime(watch.events(), fault, IsRestart);
+  auto restarts = [&] {
+    int n = 0;
+    for (const auto& e : watch.events()) n += IsRestart(e);
+    return n;
+  };
+  ASSERT_TRUE(testing::WaitUntil([&] { return restarts() >= 2; }, 120s))
+      << watch.Describe() << cluster_->Logs();
+  const int64_t healed = NowMs();
   ASSERT_TRUE(Restore(victim + 1, Net::kData));
   ASSERT_TRUE(watch.WaitForState(v1::SUCCEEDED, 240s)) << watch.Describe() << cluster_->Logs();
   const auto events = watch.events();
-  Figure("node cut off from its peers (healed on detection)", fault, detected,
-         AttemptFirstStepTime(events, 2));
-  ExpectOneJobSucceeded(*cluster_, job->id(), 2, 1000);
-  testing::ExpectContinuousLoss(events, 2);
+  Figure("node cut off from its peers", fault, FirstEventTime(events, fault, IsRestart),
+         AttemptFirstStepTime(events, 3));
+  std::cout << "FIGURE node cut off from its peers: attempt 3 stepped "
+            << (AttemptFirstStepTime(events, 3) - healed) / 1000.0
+            << " s after the link returned\n";
+  ExpectOneJobSucceeded(*cluster_, job->id(), 3, 1000);
+  testing::ExpectContinuousLoss(events, 3);
   auto j = cluster_->client().GetJob(job->id());
   ASSERT_TRUE(j.ok());
-  // The verdict names the collective and the rank it waited for.
-  const std::string why = j->attempts(0).end_reason();
-  EXPECT_NE(why.find("timed out after 15s waiting for rank"), std::string::npos) << why;
+  // Attempt 1's verdict names the collective and the rank it waited for; attempt 2's, both
+  // ends of the connection that could not be made.
+  const std::string first = j->attempts(0).end_reason();
+  EXPECT_NE(first.find("timed out after 15s waiting for rank"), std::string::npos) << first;
+  const std::string second = j->attempts(1).end_reason();
+  for (int node : {1, 2}) {
+    const std::string address = cluster_->lab()->Address(node, Net::kData);
+    EXPECT_NE(second.find(address), std::string::npos) << address << " in " << second;
+  }
 }
 
 // The coordinator's node cut off from everyone for longer than the workers' lease and its own
@@ -164,11 +184,11 @@ TEST_F(NetworkFaultTest, TheCoordinatorCutOffFromEveryoneResumesTheJobWhenTheLin
   ASSERT_NE(cluster_, nullptr);
   auto job = cluster_->client().Submit(testing::MlpSpec("island", 2, 1500, 100));
   ASSERT_TRUE(job.ok()) << job.status().message();
+  // Step events are not stored: the steps before the cut come from this watch, which the cut
+  // ends, and those after from one started once the link is back.
+  JobWatch before(cluster_->client(), job->id());
+  ASSERT_TRUE(StepReached(before, 150, 120s)) << before.Describe() << cluster_->Logs();
   const int64_t fault = NowMs();
-  {
-    JobWatch watch(cluster_->client(), job->id());
-    ASSERT_TRUE(StepReached(watch, 150, 120s)) << watch.Describe() << cluster_->Logs();
-  }
   ASSERT_TRUE(Cut(0, Net::kControl));
   // Every worker's ranks stop once its lease runs out (bounded: the lease is under 10 s).
   const bool stopped = testing::WaitUntil(
@@ -179,7 +199,8 @@ TEST_F(NetworkFaultTest, TheCoordinatorCutOffFromEveryoneResumesTheJobWhenTheLin
   ASSERT_TRUE(Restore(0, Net::kControl));
   JobWatch watch(cluster_->client(), job->id());
   ASSERT_TRUE(watch.WaitForState(v1::SUCCEEDED, 240s)) << watch.Describe() << cluster_->Logs();
-  const auto events = watch.events();
+  std::vector<v1::JobEvent> events = before.events();
+  for (const auto& e : watch.events()) events.push_back(e);
   Figure("coordinator cut off from everyone (ranks stopped by their lease)", fault, ranks_stopped,
          AttemptFirstStepTime(events, 2));
   ExpectOneJobSucceeded(*cluster_, job->id(), 2, 1500);

@@ -219,7 +219,7 @@ class Cluster {
         "--work-dir", dir_ + "/w" + std::to_string(i),
         "--grace", "5"};
     // clang-format on
-    if (lab_) argv.insert(argv.end(), {"--host", lab_->Address(i + 1, Net::kData)});
+    if (lab_) argv.insert(argv.end(), {"--interface", "data0"});  // the ranks bind data0
     for (std::string flag : o_.worker_flags) {
       if (size_t at = flag.find("{name}"); at != std::string::npos) {
         flag.replace(at, 6, "w" + std::to_string(i));

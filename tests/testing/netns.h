@@ -8,12 +8,12 @@
 //   control 10.a.b.0/25: bridge .126, node i at .(1 + i)     (ctl0)
 //   data    10.a.b.128/25:                node i at .(129 + i) (data0)
 //
-// where a.b come from the test's pid, so that concurrent tests never share an address; names
-// are "ty<pid>n<i>" (namespaces), "t<pid>c<i>" / "t<pid>d<i>" (veths' bridge ends) and
-// "t<pid>C" / "t<pid>D" (bridges). A link can be cut (its bridge end down: the node sees no
-// carrier, as with a pulled cable), restored, and capped in bandwidth (tbf at both ends).
-// Everything is removed on destruction, and leftovers of a test that was killed are removed by
-// the next lab. Needs root (CAP_NET_ADMIN); Create() says so clearly when it is refused.
+// where a.b come from the test's pid and a counter, so that labs never share an address; names
+// are "ty<id>n<i>" (namespaces), "t<id>c<i>" / "t<id>d<i>" (veths' bridge ends) and
+// "t<id>C" / "t<id>D" (bridges), <id> being the pid and a letter. A link can be cut (its bridge end
+// down: the node sees no carrier, as with a pulled cable), restored, and capped in bandwidth (tbf
+// at both ends). Everything is removed on destruction, and leftovers of a test that was killed are
+// removed by the next lab. Needs root (CAP_NET_ADMIN); Create() says so clearly when it is refused.
 #pragma once
 
 #include <fcntl.h>
@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -33,9 +34,19 @@ enum class Net { kControl, kData };
 
 class NetLab {
  public:
-  NetLab() : id_(std::to_string(::getpid())) {
+  // Names and addresses are unique among the labs of this process (a counter) and, by the
+  // pid, among concurrent tests; an address range some interface already has is skipped.
+  NetLab() {
+    static std::atomic<int> labs{0};
     const int pid = ::getpid();
-    prefix_ = "10." + std::to_string(64 + (pid >> 8) % 128) + "." + std::to_string(pid & 255);
+    ProcessResult addrs =
+        RunProcess({"/usr/sbin/ip", "-o", "-4", "addr", "show"}, std::chrono::seconds(10));
+    for (int k = labs++; k < 1000; k = labs++) {
+      id_ = std::to_string(pid) + static_cast<char>('a' + k % 26);
+      prefix_ = "10." + std::to_string(64 + ((pid >> 8) + 37 * k) % 128) + "." +
+                std::to_string((pid + k / 26) & 255);
+      if (addrs.out.find(" " + prefix_ + ".") == std::string::npos) break;
+    }
   }
   NetLab(const NetLab&) = delete;
   NetLab& operator=(const NetLab&) = delete;
@@ -111,7 +122,12 @@ class NetLab {
   void Destroy() {
     if (nodes_ == 0) return;
     std::string ignored;
-    for (int i = 0; i < nodes_; ++i) Ip({"netns", "del", Namespace(i)}, &ignored);
+    for (int i = 0; i < nodes_; ++i) {
+      // The links first: a namespace goes away asynchronously, and its veths with it.
+      Ip({"link", "del", Veth(i, Net::kControl)}, &ignored);
+      if (i > 0) Ip({"link", "del", Veth(i, Net::kData)}, &ignored);
+      Ip({"netns", "del", Namespace(i)}, &ignored);
+    }
     Ip({"link", "del", Bridge(Net::kControl)}, &ignored);
     Ip({"link", "del", Bridge(Net::kData)}, &ignored);
     nodes_ = 0;

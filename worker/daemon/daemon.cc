@@ -283,6 +283,11 @@ class Daemon {
     for (const v1::RankStatus& s : Statuses()) *req.add_ranks() = s;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    // Waits (up to the deadline) for the connection instead of failing at once while it is
+    // down: a call in flight is what drives the channel's connection attempt (its TCP and TLS
+    // handshakes); without one only gRPC's 5 s backup poller does, and a TLS connection after
+    // a coordinator restart or a healed partition took 15 s or never completed.
+    ctx.set_wait_for_ready(true);
     rpc::AddToken(&ctx, o_.token);
     v1::RegisterWorkerResponse resp;
     const grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);

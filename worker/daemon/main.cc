@@ -88,9 +88,12 @@ int main(int argc, char** argv) {
   o.coordinator = caller.coordinator;
   o.token = caller.token;
   o.channel = caller.channel;
-  // A dead connection is noticed in about 4 s and dialled again (after a partition heals).
-  o.channel.keepalive_time = std::chrono::seconds(2);
-  o.channel.keepalive_timeout = std::chrono::seconds(2);
+  // A dead connection is noticed in about 10 s (the lease, 7.5 s by default, stops ranks
+  // first), and dialled again at least every 4 s, so a worker is back within seconds of a
+  // partition healing or the coordinator restarting.
+  o.channel.keepalive_time = std::chrono::seconds(5);
+  o.channel.keepalive_timeout = std::chrono::seconds(5);
+  o.channel.max_reconnect_backoff = std::chrono::seconds(4);
   o.name = f.Get("name").empty() ? HostName() : f.Get("name");
   StatusOr<net::AdvertiseChoice> address = ChooseAddress(f, o.coordinator);
   if (!address.ok()) return Fail(std::string(address.status().message()));
