@@ -166,8 +166,7 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(o.keepalive_timeout.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // keepalive on an idle connection too
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
-              static_cast<int>(o.max_reconnect_backoff.count()));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(o.max_reconnect_backoff.count()));
   if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (o.tls.enabled()) {
