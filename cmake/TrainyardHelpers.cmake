@@ -34,13 +34,13 @@ function(ty_library name)
   target_link_options(${name} INTERFACE ${TY_SANITIZE_FLAGS})
 endfunction()
 
-# ty_test(NAME SOURCES... DEPS libs... [TIMEOUT seconds] [PREFIX text] [LABELS label]): one
-# gtest binary; each test case is its own ctest entry (named PREFIX + the case, for a binary
-# that reuses another's test file), limited to TIMEOUT seconds (default 120), with ctest's
-# LABELS.
+# ty_test(NAME SOURCES... DEPS libs... [TIMEOUT seconds] [PREFIX text] [LABELS label]
+# [RESOURCE_LOCK name]): one gtest binary; each test case is its own ctest entry (named PREFIX +
+# the case, for a binary that reuses another's test file), limited to TIMEOUT seconds (default
+# 120), with ctest's LABELS and RESOURCE_LOCK (cases sharing a lock never run at once).
 include(GoogleTest)
 function(ty_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT;PREFIX;LABELS" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;PREFIX;LABELS;RESOURCE_LOCK" "SOURCES;DEPS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
@@ -54,7 +54,7 @@ function(ty_test name)
   target_compile_definitions(${name} PRIVATE TY_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
                        TEST_PREFIX "${ARG_PREFIX}" PROPERTIES TIMEOUT ${ARG_TIMEOUT}
-                       LABELS "${ARG_LABELS}")
+                       LABELS "${ARG_LABELS}" RESOURCE_LOCK "${ARG_RESOURCE_LOCK}")
 endfunction()
 
 # Makes `target` and every static library it links position-independent, because the shared
