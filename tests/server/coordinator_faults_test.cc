@@ -9,19 +9,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "tests/server/coordinator_testing.h"
 
 namespace trainyard::server {
 namespace {
-
-// The commands but the heartbeat acknowledgements (coordinator_lease_test.cc tests those).
-std::vector<trainyard::v1::WorkerCommand> WithoutAcks(
-    std::vector<trainyard::v1::WorkerCommand> in) {
-  std::vector<trainyard::v1::WorkerCommand> out;
-  for (auto& c : in) {
-    if (!c.has_ack()) out.push_back(std::move(c));
-  }
-  return out;
-}
 
 using ::testing::HasSubstr;
 using ::testing::Not;

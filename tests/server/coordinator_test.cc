@@ -7,20 +7,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/server/coordinator_testing.h"
 #include "tests/testing/temp_dir.h"
 
 namespace trainyard::server {
 namespace {
-
-// The commands but the heartbeat acknowledgements (coordinator_lease_test.cc tests those).
-std::vector<trainyard::v1::WorkerCommand> WithoutAcks(
-    std::vector<trainyard::v1::WorkerCommand> in) {
-  std::vector<trainyard::v1::WorkerCommand> out;
-  for (auto& c : in) {
-    if (!c.has_ack()) out.push_back(std::move(c));
-  }
-  return out;
-}
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;

@@ -61,10 +61,14 @@ class GrpcStreamsTest : public ::testing::Test {
     ASSERT_TRUE(workers_->RegisterWorker(&ctx, req, &resp).ok());
   }
 
-  // Reads the next command within 10 s (the context's deadline bounds every read).
+  // Reads the next command but heartbeat acknowledgements within 10 s (the context's deadline
+  // bounds every read).
   static bool Read(grpc::ClientReaderWriter<v1::WorkerHeartbeat, v1::WorkerCommand>* stream,
                    v1::WorkerCommand* c) {
-    return stream->Read(c);
+    while (stream->Read(c)) {
+      if (!c->has_ack()) return true;
+    }
+    return false;
   }
 
   FakeClock clock_;
