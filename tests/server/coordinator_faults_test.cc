@@ -53,24 +53,8 @@ RankStatus Exited(const std::string& id, int attempt, int rank, int code, int64_
 // Rank 0 on worker a, rank 1 on worker b (one CPU slot each).
 std::string WorkerOf(int rank) { return rank == 0 ? "a" : "b"; }
 
-class CoordinatorFaultsTest : public ::testing::Test {
+class CoordinatorFaultsTest : public CoordinatorFixture {
  protected:
-  void SetUp() override {
-    StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(NewMemoryJobStore(), &clock_);
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = *std::move(c);
-  }
-
-  Coordinator& c() { return *coordinator_; }
-
-  void Register(const std::string& name) {
-    trainyard::v1::RegisterWorkerRequest req;
-    req.set_name(name);
-    req.set_host(name + ".host");
-    req.set_cpu_slots(1);
-    ASSERT_TRUE(c().RegisterWorker(req).ok());
-  }
-
   std::vector<WorkerCommand> Commands(const std::string& worker) {
     StatusOr<int64_t> incarnation = c().Incarnation(worker);
     if (!incarnation.ok()) return {};
@@ -142,8 +126,6 @@ class CoordinatorFaultsTest : public ::testing::Test {
     return r;
   }
 
-  FakeClock clock_;
-  std::unique_ptr<Coordinator> coordinator_;
   int world_ = 1;
 };
 

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "tests/server/coordinator_testing.h"
 
 namespace trainyard::server {
 namespace {
@@ -21,24 +22,8 @@ constexpr char kSpec[] =
     R"({"name":"t","model":{"mlp":{"sizes":[4,3]}},"data":{"csv":{"path":"x.csv"}},)"
     R"("optimizer":{"sgd":{}},"steps":10})";
 
-class CoordinatorWakeTest : public ::testing::Test {
+class CoordinatorWakeTest : public CoordinatorFixture {
  protected:
-  void SetUp() override {
-    StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(NewMemoryJobStore(), &clock_);
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = *std::move(c);
-  }
-  Coordinator& c() { return *coordinator_; }
-
-  int64_t Register(const std::string& name) {
-    trainyard::v1::RegisterWorkerRequest req;
-    req.set_name(name);
-    req.set_host(name + ".host");
-    req.set_cpu_slots(1);
-    EXPECT_TRUE(c().RegisterWorker(req).ok());
-    return *c().Incarnation(name);
-  }
-
   // A job placed on the worker: its assignment is queued.
   std::string Place() {
     StatusOr<trainyard::v1::Job> job = c().Submit(kSpec);
@@ -46,9 +31,6 @@ class CoordinatorWakeTest : public ::testing::Test {
     c().Tick();
     return job.ok() ? job->id() : "";
   }
-
-  FakeClock clock_;
-  std::unique_ptr<Coordinator> coordinator_;
 };
 
 TEST_F(CoordinatorWakeTest, AQueuedCommandWakesAndTheTakeReturnsItWithoutWaiting) {
