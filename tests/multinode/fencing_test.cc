@@ -39,7 +39,7 @@ TEST(FencingTest, APartitionedAttemptNeverCommitsAfterTheNextOneStarted) {
   TempDir dir;
   auto cluster = testing::StartNamespaced(dir.path(), 2, {"--lease", "600"}, /*heartbeat=*/6);
   ASSERT_NE(cluster, nullptr);
-  auto job = cluster->client().Submit(testing::MlpSpec("fenced", 1, 6000, 100));
+  auto job = cluster->client().Submit(testing::MlpSpec("fenced", 1, 12000, 200));
   ASSERT_TRUE(job.ok()) << job.status().message();
   JobWatch watch(cluster->client(), job->id());
   ASSERT_TRUE(watch.Wait([](const v1::JobEvent& e) { return !e.checkpoint().empty(); }, 120s))
@@ -82,7 +82,7 @@ TEST(FencingTest, APartitionedAttemptNeverCommitsAfterTheNextOneStarted) {
     EXPECT_GT(e.step().step(), last) << "a step out of order: a stale attempt's report";
     last = e.step().step();
   }
-  EXPECT_EQ(last, 6000);
+  EXPECT_EQ(last, 12000);
   // Every checkpoint at or after attempt 2's resume point is attempt 2's.
   for (const auto& [step, attempt] : Checkpoints(ckpt_dir)) {
     if (step >= resumed) {
