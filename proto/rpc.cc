@@ -1,12 +1,13 @@
 #include "proto/rpc.h"
 
-#include <arpa/inet.h>
 #include <google/protobuf/unknown_field_set.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include "common/net_address.h"
 
 namespace trainyard::rpc {
 namespace {
@@ -145,15 +146,7 @@ StatusOr<std::string> ReadPem(const std::string& path, const std::string& what) 
 }
 
 bool IsLoopback(const std::string& address) {
-  std::string host = address;
-  if (!host.empty() && host[0] == '[') {
-    host = host.substr(1, host.find(']') - 1);
-  } else if (std::count(host.begin(), host.end(), ':') == 1) {
-    host = host.substr(0, host.find(':'));
-  }
-  in_addr v4{};
-  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  return host == "localhost" || host == "::1";
+  return net::IsLoopbackHost(net::SplitHostPort(address).first);
 }
 
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,

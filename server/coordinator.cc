@@ -235,7 +235,6 @@ Status Coordinator::Transition(Entry& e, JobState to, const std::string& reason,
 
 void Coordinator::Send(const std::string& worker, WorkerCommand command) {
   outbox_[worker].push_back(std::move(command));
-  commands_cv_.notify_all();
   WakeWorker(worker, /*drop=*/false);
 }
 
@@ -244,7 +243,6 @@ void Coordinator::Tick() {
   for (const std::string& name : registry_.Expire()) {
     TY_LOG(WARNING) << "worker " << name << " lost: no heartbeat for "
                     << FormatSeconds(SecondsOf(options_.heartbeat_timeout));
-    commands_cv_.notify_all();
     WakeWorker(name, /*drop=*/true);
   }
   for (const std::string& id : order_) {

@@ -12,8 +12,8 @@
 //
 // Every state change is committed to the JobStore before the call that caused it returns.
 // Commands for workers (assign, abort, cancel, and an acknowledgement of each heartbeat) wait
-// in a per-worker outbox that the worker's Heartbeat stream drains (TakeCommands, or a wake and
-// a TakeCommands that does not wait).
+// in a per-worker outbox that the worker's Heartbeat stream drains when its wake fires
+// (SetCommandsWake, TakeCommands).
 //
 // Fencing (Note [Checkpoint fence] in worker/trainer/checkpoint_fence.h; docs/operations.md):
 // the attempt number is the epoch of a job. A worker's lease (RegisterWorkerResponse.lease_ms,
@@ -127,17 +127,16 @@ class Coordinator {
   // NotFound when the worker must register (again) first. Queues a HeartbeatAck for the
   // worker (one at most waits in its outbox).
   Status Heartbeat(const trainyard::v1::WorkerHeartbeat& hb);
-  // Waits up to `timeout` (0: not at all) for commands for worker `name` and takes them, in the
-  // order they were queued. Aborted when `name` registered again since `incarnation` (a newer
-  // stream serves it now) or is not alive.
-  StatusOr<std::vector<trainyard::v1::WorkerCommand>> TakeCommands(
-      const std::string& name, int64_t incarnation, std::chrono::milliseconds timeout);
-  // For a transport that cannot wait in TakeCommands: calls `wake` whenever a command is queued
-  // for `name`, and when `name` registers again or is declared lost (TakeCommands then says
-  // Aborted), until ClearCommandsWake or a newer SetCommandsWake for the name; and once at
-  // once if commands wait already. `wake` runs under the coordinator's lock: it must return at
-  // once and must not call the Coordinator (it hands the TakeCommands to another thread).
-  // Aborted as TakeCommands when `incarnation` is not current.
+  // Takes the commands waiting for worker `name` (none: empty), in the order they were queued;
+  // it does not wait (SetCommandsWake says when to call it). Aborted when `name` registered
+  // again since `incarnation` (a newer stream serves it now) or is not alive.
+  StatusOr<std::vector<trainyard::v1::WorkerCommand>> TakeCommands(const std::string& name,
+                                                                   int64_t incarnation);
+  // Calls `wake` whenever a command is queued for `name`, and when `name` registers again or is
+  // declared lost (TakeCommands then says Aborted), until ClearCommandsWake or a newer
+  // SetCommandsWake for the name; and once at once if commands wait already. `wake` runs under the
+  // coordinator's lock: it must return at once and must not call the Coordinator (it hands the
+  // TakeCommands to another thread). Aborted as TakeCommands when `incarnation` is not current.
   Status SetCommandsWake(const std::string& name, int64_t incarnation, std::function<void()> wake);
   // Removes the wake that SetCommandsWake set for this incarnation (not a newer one's); once it
   // returns, that wake runs no more.
@@ -264,7 +263,6 @@ class Coordinator {
   Rendezvous rendezvous_;
 
   std::mutex mu_;
-  std::condition_variable commands_cv_;
   WorkerRegistry registry_;
   std::map<std::string, std::unique_ptr<Entry>> jobs_;
   std::vector<std::string> order_;  // job ids in submit order

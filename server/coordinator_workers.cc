@@ -50,8 +50,7 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   info.set_memory_bytes(req.memory_bytes());
   registry_.Register(info);
   outbox_[req.name()].clear();
-  commands_cv_.notify_all();  // an older stream of this worker ends
-  WakeWorker(req.name(), /*drop=*/true);
+  WakeWorker(req.name(), /*drop=*/true);  // an older stream of this worker ends
   TY_LOG(INFO) << "worker " << req.name() << " (" << req.host()
                << ") registered: " << req.cpu_slots() << " CPU slots, " << req.gpus_size()
                << " GPUs, " << req.ranks_size() << " ranks running";
@@ -119,15 +118,10 @@ StatusOr<int64_t> Coordinator::Incarnation(const std::string& name) {
 }
 
 StatusOr<std::vector<WorkerCommand>> Coordinator::TakeCommands(const std::string& name,
-                                                               int64_t incarnation,
-                                                               std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto current = [&] {
-    const WorkerRegistry::Entry* w = registry_.Find(name);
-    return w != nullptr && w->alive && w->incarnation == incarnation;
-  };
-  commands_cv_.wait_for(lock, timeout, [&] { return !current() || !outbox_[name].empty(); });
-  if (!current()) {
+                                                               int64_t incarnation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const WorkerRegistry::Entry* w = registry_.Find(name);
+  if (w == nullptr || !w->alive || w->incarnation != incarnation) {
     return AbortedError("worker " + name + " registered again or was declared lost");
   }
   std::vector<WorkerCommand> out(std::make_move_iterator(outbox_[name].begin()),

@@ -151,7 +151,7 @@ class HeartbeatStream final
       if (out_.ending()) return;  // a newer stream may take them
     }
     StatusOr<std::vector<v1::WorkerCommand>> commands =
-        env_.coordinator->TakeCommands(name_, incarnation_, 0ms);
+        env_.coordinator->TakeCommands(name_, incarnation_);
     std::lock_guard<std::mutex> lock(mu_);
     if (!commands.ok()) return out_.End(rpc::ToGrpc(commands.status()));
     for (v1::WorkerCommand& c : *commands) out_.Push(std::move(c));

@@ -58,7 +58,7 @@ class CoordinatorFaultsTest : public CoordinatorFixture {
   std::vector<WorkerCommand> Commands(const std::string& worker) {
     StatusOr<int64_t> incarnation = c().Incarnation(worker);
     if (!incarnation.ok()) return {};
-    StatusOr<std::vector<WorkerCommand>> out = c().TakeCommands(worker, *incarnation, 0ms);
+    StatusOr<std::vector<WorkerCommand>> out = c().TakeCommands(worker, *incarnation);
     return out.ok() ? WithoutAcks(*std::move(out)) : std::vector<WorkerCommand>{};
   }
 

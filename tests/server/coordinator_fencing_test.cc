@@ -80,7 +80,7 @@ class CoordinatorFencingTest : public ::testing::Test {
     auto incarnation = c_->Incarnation(worker);
     EXPECT_TRUE(incarnation.ok()) << incarnation.status();
     if (!incarnation.ok()) return {};
-    auto out = c_->TakeCommands(worker, *incarnation, 0ms);
+    auto out = c_->TakeCommands(worker, *incarnation);
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? *out : std::vector<WorkerCommand>{};
   }

@@ -79,7 +79,7 @@ class CoordinatorTest : public ::testing::Test {
     StatusOr<int64_t> incarnation = c().Incarnation(worker);
     EXPECT_TRUE(incarnation.ok()) << incarnation.status();
     if (!incarnation.ok()) return {};
-    StatusOr<std::vector<WorkerCommand>> out = c().TakeCommands(worker, *incarnation, 0ms);
+    StatusOr<std::vector<WorkerCommand>> out = c().TakeCommands(worker, *incarnation);
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? WithoutAcks(*std::move(out)) : std::vector<WorkerCommand>{};
   }
@@ -361,7 +361,7 @@ TEST_F(CoordinatorTest, TakeCommandsOfAnOlderIncarnationIsAborted) {
   const int64_t first = *c().Incarnation("a");
   Register("a");
   EXPECT_GT(*c().Incarnation("a"), first);
-  EXPECT_EQ(c().TakeCommands("a", first, 0ms).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(c().TakeCommands("a", first).status().code(), StatusCode::kAborted);
 }
 
 TEST_F(CoordinatorTest, HangNamesTheSilentRankAndRestartsTheJob) {

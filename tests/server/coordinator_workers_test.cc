@@ -40,11 +40,11 @@ TEST_F(CoordinatorWakeTest, AQueuedCommandWakesAndTheTakeReturnsItWithoutWaiting
   EXPECT_EQ(wakes, 0);  // nothing waits yet
   Place();
   EXPECT_EQ(wakes, 1);
-  StatusOr<std::vector<WorkerCommand>> taken = c().TakeCommands("a", incarnation, 0ms);
+  StatusOr<std::vector<WorkerCommand>> taken = c().TakeCommands("a", incarnation);
   ASSERT_TRUE(taken.ok()) << taken.status();
   ASSERT_EQ(taken->size(), 1u);
   EXPECT_TRUE((*taken)[0].has_assign());
-  EXPECT_TRUE(c().TakeCommands("a", incarnation, 0ms)->empty());
+  EXPECT_TRUE(c().TakeCommands("a", incarnation)->empty());
 }
 
 TEST_F(CoordinatorWakeTest, CommandsWaitingAlreadyWakeAtOnce) {
@@ -53,7 +53,7 @@ TEST_F(CoordinatorWakeTest, CommandsWaitingAlreadyWakeAtOnce) {
   int wakes = 0;
   ASSERT_TRUE(c().SetCommandsWake("a", incarnation, [&] { ++wakes; }).ok());
   EXPECT_EQ(wakes, 1);
-  EXPECT_EQ(c().TakeCommands("a", incarnation, 0ms)->size(), 1u);
+  EXPECT_EQ(c().TakeCommands("a", incarnation)->size(), 1u);
 }
 
 TEST_F(CoordinatorWakeTest, RegisteringAgainWakesTheOlderStreamWhoseTakeIsAborted) {
@@ -62,7 +62,7 @@ TEST_F(CoordinatorWakeTest, RegisteringAgainWakesTheOlderStreamWhoseTakeIsAborte
   ASSERT_TRUE(c().SetCommandsWake("a", first, [&] { ++old_wakes; }).ok());
   const int64_t second = Register("a");
   EXPECT_EQ(old_wakes, 1);
-  EXPECT_EQ(c().TakeCommands("a", first, 0ms).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(c().TakeCommands("a", first).status().code(), StatusCode::kAborted);
   EXPECT_EQ(c().SetCommandsWake("a", first, [] {}).code(), StatusCode::kAborted);
   ASSERT_TRUE(c().SetCommandsWake("a", second, [&] { ++new_wakes; }).ok());
   c().ClearCommandsWake("a", first);  // the older stream ends late: the newer wake stays
@@ -81,7 +81,7 @@ TEST_F(CoordinatorWakeTest, ALostWorkerWakesAndItsTakeIsAborted) {
   clock_.Advance(c().options().heartbeat_timeout + 1s);
   c().Tick();
   EXPECT_EQ(wakes, 1);
-  EXPECT_EQ(c().TakeCommands("a", incarnation, 0ms).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(c().TakeCommands("a", incarnation).status().code(), StatusCode::kAborted);
 }
 
 TEST_F(CoordinatorWakeTest, AWatchersWakeMayTakeEventsAndRunsNoMoreOnceCleared) {

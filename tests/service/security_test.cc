@@ -10,6 +10,7 @@
 
 #include "tests/testing/cluster.h"
 #include "tests/testing/generic_call.h"
+#include "tests/testing/pki.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "trainyard/v1/service.grpc.pb.h"
@@ -27,20 +28,11 @@ using testing::TempDir;
 // localhost); w0.pem (CN=w0) and w1.pem (CN=node-1, SAN DNS:w1), the workers' own; and
 // mallory.pem (CN=mallory), valid but another name's.
 void MakeCertificates(const std::string& dir) {
-  const std::string script =
-      "set -e; cd " + dir +
-      "; "
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=trainyard-test-ca "
-      "  -keyout ca.key -out ca.pem 2>/dev/null; "
-      "cert() { "
-      "  openssl req -newkey rsa:2048 -nodes -subj /CN=$2 -keyout $1.key -out $1.csr 2>/dev/null; "
-      "  printf 'subjectAltName=%s\\n' $3 > $1.ext; "
-      "  openssl x509 -req -in $1.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-      "    -extfile $1.ext -out $1.pem 2>/dev/null; "
-      "}; "
-      "cert server server IP:127.0.0.1,DNS:localhost; cert w0 w0 DNS:localhost; "
-      "cert w1 node-1 DNS:w1; cert mallory mallory DNS:mallory";
-  ASSERT_EQ(std::system(script.c_str()), 0) << "openssl failed";
+  ASSERT_TRUE(testing::MakeTestPki(dir, {{"server", "server", "IP:127.0.0.1,DNS:localhost"},
+                                         {"w0", "w0", "DNS:localhost"},
+                                         {"w1", "node-1", "DNS:w1"},
+                                         {"mallory", "mallory", "DNS:mallory"}}))
+      << "openssl failed";
 }
 
 ClusterOptions Secure(const std::string& dir, bool worker_certs) {

@@ -25,6 +25,7 @@
 
 #include "client/service_client.h"
 #include "tests/testing/netns.h"
+#include "tests/testing/pki.h"
 
 namespace trainyard::testing {
 
@@ -265,21 +266,16 @@ class Cluster {
   // certificate for its control address, worker i's with CN w<i>) and a client token.
   bool Secure(std::string* error) {
     const std::string pki = dir_ + "/pki";
-    std::string script =
-        "set -e; mkdir -p " + pki + "; cd " + pki +
-        "; openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=trainyard-test-ca"
-        " -keyout ca.key -out ca.pem 2>/dev/null; cert() { openssl req -newkey rsa:2048 -nodes"
-        " -subj /CN=$1 -keyout $1.key -out $1.csr 2>/dev/null; printf 'subjectAltName=%s\\n' $2"
-        " > $1.ext; openssl x509 -req -in $1.csr -CA ca.pem -CAkey ca.key -CAcreateserial"
-        " -days 2 -extfile $1.ext -out $1.pem 2>/dev/null; }; cert server IP:" +
-        lab_->Address(0, Net::kControl) + "; echo 'test-token tester' > tokens";
+    std::vector<TestCert> certs = {{"server", "server", "IP:" + lab_->Address(0, Net::kControl)}};
     for (int i = 0; i < o_.workers; ++i) {
-      script += "; cert w" + std::to_string(i) + " DNS:w" + std::to_string(i);
+      const std::string w = "w" + std::to_string(i);
+      certs.push_back({w, w, "DNS:" + w});
     }
-    if (std::system(script.c_str()) != 0) {
+    if (!MakeTestPki(pki, certs)) {
       *error = "openssl could not make the test's certificates in " + pki;
       return false;
     }
+    std::ofstream(pki + "/tokens") << "test-token tester\n";
     o_.coordinator_flags.insert(
         o_.coordinator_flags.end(),
         {"--tls-cert", pki + "/server.pem", "--tls-key", pki + "/server.key", "--tls-client-ca",

@@ -65,20 +65,30 @@ class StoreAdapter final : public gloo::rendezvous::Store {
 
 // ---- Connecting ----
 
-// "10.78.0.3:41234" ("[fe80::1]:41234" for IPv6) for a socket address; "" if not IP.
-std::string HostPort(const sockaddr_storage& ss) {
-  char ip[INET6_ADDRSTRLEN] = {0};
+// The IP (as text) and port (host order) of a socket address; false when it is not IP.
+bool IpAndPort(const sockaddr_storage& ss, std::string* ip, int* port) {
+  char text[INET6_ADDRSTRLEN] = {0};
   if (ss.ss_family == AF_INET) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
-    return std::string(ip) + ":" + std::to_string(ntohs(in->sin_port));
-  }
-  if (ss.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+    *port = ntohs(in->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
     const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
-    return "[" + std::string(ip) + "]:" + std::to_string(ntohs(in6->sin6_port));
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+    *port = ntohs(in6->sin6_port);
+  } else {
+    return false;
   }
-  return "";
+  *ip = text;
+  return true;
+}
+
+// "10.78.0.3:41234" ("[fe80::1]:41234" for IPv6) for a socket address; "" if not IP.
+std::string HostPort(const sockaddr_storage& ss) {
+  std::string ip;
+  int port = 0;
+  if (!IpAndPort(ss, &ip, &port)) return "";
+  return (ss.ss_family == AF_INET6 ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
 }
 
 // A pair's address (Gloo's tcp::Address, or its bytes as published) as HostPort.
@@ -167,22 +177,13 @@ std::vector<std::string> Spellings(const std::string& addr) {
   return {addr, addr.substr(0, colon + 1) + std::to_string(swapped)};
 }
 
-// "[127.0.0.1]:41234" for a socket address (port in host order); empty if not IP.
+// "[127.0.0.1]:41234" for a socket address (port in host order), as Gloo prints addresses;
+// empty if not IP.
 std::string AddressString(const sockaddr_storage& ss) {
-  char ip[INET6_ADDRSTRLEN] = {0};
+  std::string ip;
   int port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
-    port = ntohs(in->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
-    port = ntohs(in6->sin6_port);
-  } else {
-    return "";
-  }
-  return "[" + std::string(ip) + "]:" + std::to_string(port);
+  if (!IpAndPort(ss, &ip, &port)) return "";
+  return "[" + ip + "]:" + std::to_string(port);
 }
 
 // Note [Naming the peer]. The addresses a message may print for peer q: q's pair listeners,

@@ -23,20 +23,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
+using testing::Entries;
 using ::testing::HasSubstr;
 using testing::ParseSpec;
 using testing::ReadRaw;
 using testing::TempDir;
 using namespace std::chrono_literals;
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 CheckpointState StateAt(int64_t step) {
   CheckpointState state;

@@ -28,6 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::BitwiseEqual;
+using testing::Entries;
 using ::testing::HasSubstr;
 using testing::TempDir;
 
@@ -122,15 +123,6 @@ Tensor Find(const nn::NamedTensors& tensors, const std::string& name) {
   }
   ADD_FAILURE() << name << " not found";
   return Tensor();
-}
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 // With TY_KEEP_CHECKPOINT=<dir>, copies the checkpoint to <dir>/<name>/ beside io.safetensors

@@ -1,10 +1,12 @@
-// Helpers for the trainer tests: a temporary directory removed afterwards, file bytes, a
-// bit-for-bit tensor comparison, and the tiny GPT run of the device trainer tests.
+// Helpers for the trainer tests: a temporary directory removed afterwards, file bytes and a
+// directory's names, a bit-for-bit tensor comparison, and the tiny GPT run of the device
+// trainer tests.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +34,16 @@ inline void WriteRaw(const std::string& path, const std::string& bytes) {
 inline std::string ReadRaw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The names in `dir`, sorted.
+inline std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 // A job spec from JSON text that must be valid (TY_CHECK).
