@@ -48,7 +48,10 @@ TEST(LeaseTest, AStoppedCoordinatorMakesTheWorkerStopItsRanksWithinItsLease) {
   Cluster cluster(dir.path(), o);
   std::string error;
   ASSERT_TRUE(cluster.Start(&error)) << error;
-  EXPECT_NE(cluster.worker(0).log().find("(lease 3.0 s)"), std::string::npos) << cluster.Logs();
+  // The worker logs it just after the coordinator lists it as registered (what Start waits for).
+  EXPECT_TRUE(WaitUntil(
+      [&] { return cluster.worker(0).log().find("(lease 3.0 s)") != std::string::npos; }, 5s))
+      << cluster.Logs();
   auto job = cluster.client().Submit(WriteSpec(dir));
   ASSERT_TRUE(job.ok()) << job.status().message();
   JobWatch watch(cluster.client(), job->id());
