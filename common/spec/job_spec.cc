@@ -444,6 +444,16 @@ std::string ResolvedBackend(const JobSpec& spec) {
   return spec.device == "cuda" ? "nccl" : "gloo";
 }
 
+int MinWorldSize(const ParallelismSpec& p) {
+  return p.min_world_size > 0 ? p.min_world_size : p.world_size;
+}
+int MaxWorldSize(const ParallelismSpec& p) {
+  return p.max_world_size > 0 ? p.max_world_size : p.world_size;
+}
+bool IsElastic(const ParallelismSpec& p) {
+  return MinWorldSize(p) != p.world_size || MaxWorldSize(p) != p.world_size;
+}
+
 double OptimizerSpec::lr() const {
   if (kind == "sgd") return sgd.lr;
   if (kind == "adam") return adam.lr;

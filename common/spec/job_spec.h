@@ -177,7 +177,15 @@ struct ParallelismSpec {
   bool find_unused_parameters = false;        // allow parameters that get no gradient in a step
   std::string grad_compression = "none";      // dtype of the gradient all-reduce
   std::string all_reduce_algorithm = "ring";  // ring or ring_chunked (gloo)
+  int min_world_size = 0;                     // elastic bounds; 0: world_size (MinWorldSize)
+  int max_world_size = 0;
 };
+
+// The elastic bounds of job.proto's ParallelismSpec, 0 resolved to world_size.
+int MinWorldSize(const ParallelismSpec& p);
+int MaxWorldSize(const ParallelismSpec& p);
+// Whether the job's world size may change while it runs (either bound differs from world_size).
+bool IsElastic(const ParallelismSpec& p);
 
 struct FaultToleranceSpec {
   int max_restarts = 3;

@@ -60,6 +60,43 @@ bool ValidName(const std::string& name) {
   });
 }
 
+// The elastic bounds (job.proto, ParallelismSpec.min_world_size).
+void CheckElastic(const JobSpec& s, Problems* problems) {
+  const ParallelismSpec& p = s.parallelism;
+  if (!IsElastic(p) || !AllFine(*problems, {"parallelism.min_world_size",
+                                            "parallelism.max_world_size", "parallelism.world_size",
+                                            "parallelism.grad_accumulation_steps"})) {
+    return;
+  }
+  auto add = ValueAdder(problems);
+  const int64_t micro_batches = p.world_size * p.grad_accumulation_steps;
+  if (MinWorldSize(p) > MaxWorldSize(p)) {
+    add("parallelism.min_world_size", std::to_string(MinWorldSize(p)),
+        "must be at most parallelism.max_world_size = " + std::to_string(MaxWorldSize(p)));
+  } else if (MaxWorldSize(p) > micro_batches) {
+    // Every rank takes at least one of the step's micro-batches.
+    add("parallelism.max_world_size", std::to_string(MaxWorldSize(p)),
+        "must be at most parallelism.world_size x parallelism.grad_accumulation_steps = " +
+            std::to_string(micro_batches) + " (the micro-batches of a step, shared out among "
+            "the ranks)");
+  }
+  if (p.zero_stage != 0) {
+    // A lost rank's optimizer shard would be lost with it.
+    add("parallelism.zero_stage", std::to_string(p.zero_stage),
+        "cannot be combined with an elastic world size (parallelism.min_world_size/"
+        "max_world_size): a lost rank's optimizer shard would go with it; use zero_stage 0");
+  }
+  if (ResolvedBackend(s) != "gloo" && AllFine(*problems, {"device", "parallelism.backend"})) {
+    add("parallelism.min_world_size", std::to_string(MinWorldSize(p)),
+        "an elastic world size needs the gloo backend (device \"cpu\"); this job resolves to " +
+            Quote(ResolvedBackend(s)));
+  }
+  if (p.ranks_per_node > 0) {
+    add("parallelism.ranks_per_node", std::to_string(p.ranks_per_node),
+        "must be 0 with an elastic world size (the number of ranks changes)");
+  }
+}
+
 // The rules of parallelism (job.proto, ParallelismSpec).
 void CheckParallelism(const JobSpec& s, Problems* problems) {
   const ParallelismSpec& p = s.parallelism;
@@ -95,6 +132,7 @@ void CheckParallelism(const JobSpec& s, Problems* problems) {
         "sharded gradients); use bf16 or zero_stage 0");
   }
   CheckBackend(s, problems);
+  CheckElastic(s, problems);
 }
 
 // The model's own shapes.

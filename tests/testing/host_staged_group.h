@@ -22,6 +22,7 @@ class HostStagedGroup final : public dist::ProcessGroup {
   explicit HostStagedGroup(std::shared_ptr<dist::ProcessGroup> inner)
       : ProcessGroup(inner->rank(), inner->size()), inner_(std::move(inner)) {}
   const char* backend() const override { return "staged"; }
+  void Abort(const Status& why) override { inner_->Abort(why); }
   std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
   std::shared_ptr<dist::Work> AllReduce(Tensor t, dist::ReduceOp op) override {
     return Staged({t}, [&](const std::vector<Tensor>& h) { return inner_->AllReduce(h[0], op); });

@@ -155,6 +155,18 @@ GlooProcessGroup::~GlooProcessGroup() {
   parked_.clear();  // Note [Parking a failed op]
 }
 
+void GlooProcessGroup::Abort(const Status& why) {
+  std::vector<std::shared_ptr<Work>> works;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.ok()) broken_ = AbortedError("the group was aborted: " + why.message());
+    if (running_) works.push_back(running_);
+    for (const Task& t : queue_) works.push_back(t.work);
+  }
+  // Queued ops are not run (the group is broken); their Finish is then ignored.
+  for (const auto& w : works) w->Abort(AbortedError(w->name() + ": aborted: " + why.message()));
+}
+
 // ---- The queue ----
 
 std::shared_ptr<Work> GlooProcessGroup::Enqueue(const std::string& what, const std::string& detail,
@@ -193,6 +205,7 @@ void GlooProcessGroup::Loop() {
       task = std::move(queue_.front());
       queue_.pop_front();
       broken = broken_;
+      running_ = task.work;
     }
     if (!broken.ok()) {
       task.work->Finish(AbortedError(
@@ -215,6 +228,8 @@ void GlooProcessGroup::Loop() {
     }
     NoteDone(task.seq);
     task.work->Finish(std::move(st));
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.reset();
   }
   std::deque<Task> left;
   {

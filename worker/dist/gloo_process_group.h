@@ -64,6 +64,7 @@ class GlooProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> AllGather(Tensor out, Tensor in) override;
   std::shared_ptr<Work> ReduceScatter(Tensor out, Tensor in, ReduceOp op = ReduceOp::kSum) override;
   std::shared_ptr<Work> Barrier() override;
+  void Abort(const Status& why) override;
 
   // What an op's buffers and scratch need to outlive (Note [Parking a failed op] in the .cc).
   using KeepAlive = std::vector<std::shared_ptr<void>>;
@@ -124,6 +125,7 @@ class GlooProcessGroup final : public ProcessGroup {
   bool stop_ = false;       // guarded by mu_
   uint32_t next_seq_ = 1;   // guarded by mu_
   Status broken_;           // the first failure; guarded by mu_
+  std::shared_ptr<Work> running_;  // the op on the group's thread; guarded by mu_
   // Failed ops' buffers and closures (Note [Parking a failed op]); group thread only, then
   // the destructor.
   std::vector<std::shared_ptr<void>> parked_;

@@ -1,5 +1,7 @@
 #include "worker/dist/process_group.h"
 
+#include <thread>
+
 #include "worker/dist/nccl_loader.h"
 
 #ifdef TY_HAVE_GLOO
@@ -51,9 +53,28 @@ void Work::MarkStarted(TimePoint at) {
   start_ = at;
 }
 
+void Work::Abort(Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    aborted_ = true;
+    end_ = std::chrono::steady_clock::now();
+    if (start_ == TimePoint{}) start_ = end_;
+    status_ = std::move(status);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+void RetireProcessGroup(std::shared_ptr<ProcessGroup> group) {
+  if (group == nullptr) return;
+  std::thread([g = std::move(group)]() mutable { g.reset(); }).detach();
+}
+
 void Work::Finish(Status status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return;  // Abort answered the waiters already
     TY_CHECK(!done_) << name_ << " finished twice";
     end_ = std::chrono::steady_clock::now();
     if (start_ == TimePoint{}) start_ = end_;  // never ran (cancelled, aborted, invalid)

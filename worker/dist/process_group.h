@@ -59,6 +59,9 @@ class Work {
   void MarkStarted();
   void MarkStarted(TimePoint at);  // when the backend knows better than the host's clock
   void Finish(Status status);
+  // Finishes it now with `status` unless it finished already; the backend's own Finish that
+  // comes later is then ignored (ProcessGroup::Abort).
+  void Abort(Status status);
 
  private:
   std::string name_;
@@ -66,6 +69,7 @@ class Work {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  bool aborted_ = false;
   Status status_;
   TimePoint start_{}, end_{};
 };
@@ -112,6 +116,13 @@ class ProcessGroup {
                                               ReduceOp op = ReduceOp::kSum) = 0;
   virtual std::shared_ptr<Work> Barrier() = 0;
 
+  // Breaks the group on purpose (an elastic job regroups: a member is lost): the collective
+  // running now and every queued or later one fail at once with Aborted naming `why`, so no
+  // wait on this group lasts. The backend's own call may still block on its thread until its
+  // timeout; the group can be destroyed from another thread meanwhile
+  // (RetireProcessGroup). Any thread; idempotent.
+  virtual void Abort(const Status& why) = 0;
+
   // Progress, for health reports (any thread): the sequence number of the last collective
   // issued and of the last one finished (0: none yet). issued > done while one runs or waits.
   int64_t collectives_issued() const { return issued_.load(std::memory_order_relaxed); }
@@ -141,6 +152,10 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const std::string& ba
 // waits up to `timeout` for all `size`; DeadlineExceeded names the ranks that never came.
 Status JoinGroup(Store& store, const std::string& backend, int rank, int size,
                  std::chrono::milliseconds timeout);
+
+// Drops the last reference to a group that failed or was aborted on a thread of its own, so
+// the caller never waits for a backend call still blocked until its timeout.
+void RetireProcessGroup(std::shared_ptr<ProcessGroup> group);
 
 // Waits for `work` with the group's timeout plus a margin (the collective itself is bounded by
 // that timeout, so this only fires if the backend misbehaves).

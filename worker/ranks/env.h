@@ -28,6 +28,9 @@ inline constexpr const char* kAttemptEnv = "TRAINYARD_ATTEMPT";
 inline constexpr const char* kSecretEnv = "TRAINYARD_SECRET";
 inline constexpr const char* kSpecEnv = "TRAINYARD_SPEC";           // path of the spec JSON
 inline constexpr const char* kReportFdEnv = "TRAINYARD_REPORT_FD";  // the report pipe's fd
+// The read end of the daemon's command pipe: one JSON line per Regroup for this rank
+// (rank.h). Unset: no commands (a rank of a job that is not elastic).
+inline constexpr const char* kCommandFdEnv = "TRAINYARD_COMMAND_FD";
 inline constexpr const char* kHostEnv = "TRAINYARD_HOST";           // address Gloo listens on
 // The worker's slot the rank runs in: for a cuda job the GPU it sees (as its only device,
 // through CUDA_VISIBLE_DEVICES, before CUDA starts).

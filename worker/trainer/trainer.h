@@ -191,6 +191,20 @@ struct TrainerOptions {
   // Where rank 0 writes the per-step metrics (metrics_log.h); "": <checkpoint.dir>/metrics.jsonl
   // with a checkpoint.dir, else none.
   std::string metrics_file;
+  // Elastic world size (Note [Elastic training]; spec::IsElastic). `regroup` is called on the
+  // training thread when the group failed (`why`: the collective's error) or after a step
+  // whose agreement carried a regroup request (`why` OK); it blocks (bounded) until this rank
+  // has joined its next group and returns it with the attempt it belongs to, or an error that
+  // ends Run with it. Null: a failed group fails the run, as without elasticity.
+  struct NextGroup {
+    std::shared_ptr<dist::ProcessGroup> group;
+    int64_t attempt = 0;
+  };
+  std::function<StatusOr<NextGroup>(const Status& why)> regroup;
+  // Set (by another thread) when the ranks should regroup after a step (members join): the
+  // ranks agree on the step through its agreement, then call `regroup`. Must outlive the
+  // trainer.
+  const std::atomic<bool>* regroup_requested = nullptr;
 };
 
 class Trainer {

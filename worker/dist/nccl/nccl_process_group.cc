@@ -373,9 +373,10 @@ void NcclProcessGroup::Loop() {
   cudaSetDevice(device_);
   while (true) {
     std::deque<Op> batch;
+    Status abort;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [this] { return stop_ || !queued_.empty(); };
+      auto ready = [this] { return stop_ || !queued_.empty() || !abort_.ok(); };
       if (in_flight_.empty()) {
         cv_.wait(lock, ready);
       } else {
@@ -383,7 +384,9 @@ void NcclProcessGroup::Loop() {
       }
       if (stop_) break;
       batch.swap(queued_);
+      abort = abort_;
     }
+    if (!abort.ok() && broken_.ok()) Break(nullptr, abort);
     for (Op& op : batch) LaunchOp(std::move(op));
     Poll();
   }
@@ -501,6 +504,12 @@ void NcclProcessGroup::Drain() {
     Poll();
     if (!in_flight_.empty()) std::this_thread::sleep_for(kOpPoll);
   }
+}
+
+void NcclProcessGroup::Abort(const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (abort_.ok()) abort_ = AbortedError("the group was aborted: " + why.message());
+  cv_.notify_all();
 }
 
 void NcclProcessGroup::Break(Op* failed, Status error) {

@@ -78,6 +78,8 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> AllGather(Tensor out, Tensor in) override;
   std::shared_ptr<Work> ReduceScatter(Tensor out, Tensor in, ReduceOp op = ReduceOp::kSum) override;
   std::shared_ptr<Work> Barrier() override;
+  // The group's thread breaks it (ncclCommAbort) at its next poll; queued ops fail at once.
+  void Abort(const Status& why) override;
 
   // The same on device memory (DeviceBuffer), with the same contracts.
   std::shared_ptr<Work> AllReduce(DeviceBuffer b, ReduceOp op = ReduceOp::kSum);
@@ -136,6 +138,7 @@ class NcclProcessGroup final : public ProcessGroup {
   std::deque<Op> queued_;  // guarded by mu_
   bool stop_ = false;      // guarded by mu_
   uint32_t next_seq_ = 1;  // guarded by mu_
+  Status abort_;           // Abort's reason, for the thread; guarded by mu_
   // The thread's alone (and the destructor's after it ends):
   std::deque<Op> in_flight_;
   Status broken_;                                      // the first failure
