@@ -1,6 +1,9 @@
 // Coordinator, the collective reports of a running attempt (Note [Collective flight recorder] in
 // collective_report.h): when to make one, and where it goes (Job.collectives, a JobEvent).
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/logging.h"
 #include "server/collective_report.h"
@@ -28,10 +31,22 @@ bool AnyRecords(const std::vector<RankView>& views) {
                      [](const RankView& v) { return v.status.collectives_size() > 0; });
 }
 
+// The culprits of `r` with their states: a missing rank that turns silent (a stopped rank's
+// last report ages past the threshold) is news.
+std::vector<std::pair<int, std::string>> Culprits(const CollectiveReport& r) {
+  std::vector<std::pair<int, std::string>> out;
+  for (const auto& row : r.rows()) {
+    if (row.state() == "missing" || row.state() == "silent") {
+      out.emplace_back(row.rank(), row.state());
+    }
+  }
+  return out;
+}
+
 // Whether `b` says nothing that `a` did not: the same attempt, collective, culprits and kind.
 bool SameFinding(const CollectiveReport& a, const CollectiveReport& b) {
   return a.attempt() == b.attempt() && a.seq() == b.seq() && a.hang() == b.hang() &&
-         std::equal(a.missing().begin(), a.missing().end(), b.missing().begin(), b.missing().end());
+         Culprits(a) == Culprits(b);
 }
 
 }  // namespace

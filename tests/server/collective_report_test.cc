@@ -123,6 +123,9 @@ TEST(CollectiveReportTest, RanksAheadOrExitedAreShownButNotBlamed) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->seq(), 8);
   EXPECT_EQ(r->rows(1).state(), "ahead");
+  EXPECT_EQ(r->rows(1).seq(), 9);
+  EXPECT_DOUBLE_EQ(r->rows(1).seconds(), 3.9);  // in #9, since #8 completed
+  EXPECT_THAT(r->verdict(), HasSubstr("rank 1 completed it and waits in collective #9 for 3.9 s"));
   EXPECT_EQ(r->rows(2).state(), "exited");
   EXPECT_TRUE(r->missing().empty());
   EXPECT_THAT(r->verdict(), HasSubstr("collective #8"));  // no record names its op

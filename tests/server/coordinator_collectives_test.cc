@@ -154,6 +154,31 @@ TEST_F(CoordinatorCollectivesTest, AStoppedRankIsNamedWithinTheHangTimeoutThenAt
   EXPECT_EQ(job.state(), trainyard::v1::RESTARTING);
 }
 
+TEST_F(CoordinatorCollectivesTest, AMissingRankThatFallsSilentIsReportedAgain) {
+  Reports();
+  // Rank 1's last report, just before it stopped, is still fresh when the others have waited
+  // half the hang timeout: it is missing, in its last phase.
+  clock_.Advance(1s);
+  Heartbeat(Progress(1, 56, 56, "data"));
+  clock_.Advance(2s);
+  Heartbeat(Waiting(0, 3000));
+  Heartbeat(Waiting(2, 3000));
+  c().Tick();
+  std::vector<trainyard::v1::CollectiveReport> reports = Reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].rows(1).state(), "missing");
+  EXPECT_THAT(reports[0].verdict(), HasSubstr("it is in phase data at step 12"));
+  // A second later its report is too old: silent, and reported again.
+  clock_.Advance(1s);
+  c().Tick();
+  reports = Reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].rows(1).state(), "silent");
+  EXPECT_THAT(reports[0].missing(), ElementsAre(1));
+  ASSERT_EQ(Get().collectives_size(), 1);
+  EXPECT_EQ(Get().collectives(0).rows(1).state(), "silent");
+}
+
 TEST_F(CoordinatorCollectivesTest, RanksWaitingWithNobodyMissingAreReportedOnlyAtTheHang) {
   Reports();
   clock_.Advance(3s);

@@ -86,22 +86,34 @@ TEST(FlightRecorderTest, AStoppedRankIsNamedMissingFromTheCollectiveTheOthersWai
   ::kill(pids[0], SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
 
-  // Named within the hang timeout (and a margin for heartbeats), before the hang verdict.
+  // Named within the hang timeout (and a margin for heartbeats), before the hang verdict: maybe
+  // first as "missing" (its last report, from just before the stop, is still fresh), then as
+  // "silent".
   const std::optional<v1::CollectiveReport> early = FindReport(
       watch,
-      [&](const v1::CollectiveReport& r) { return r.time_ms() >= stopped_ms && r.missing_size(); },
+      [&](const v1::CollectiveReport& r) {
+        return r.time_ms() >= stopped_ms && r.missing_size() == 1 &&
+               r.rows(r.missing(0)).state() == "silent";
+      },
       std::chrono::seconds(kHangTimeoutSeconds + 3));
   const auto named_after = std::chrono::steady_clock::now() - stopped;
   ::kill(pids[0], SIGCONT);  // from here the abort may kill it
   ASSERT_TRUE(early.has_value()) << watch.Describe() << cluster.Logs();
   EXPECT_LT(named_after, std::chrono::seconds(kHangTimeoutSeconds + 3));
   EXPECT_THAT(early->missing(), ElementsAre(stopped_rank)) << early->ShortDebugString();
-  EXPECT_EQ(early->waiting_size(), 2) << early->ShortDebugString();
+  // The two others wait in it, or (in a ring, when the stopped rank's data reached one of them
+  // before it stopped) one got through and waits in the next.
+  ASSERT_EQ(early->rows_size(), 3);
+  EXPECT_GE(early->waiting_size(), 1) << early->ShortDebugString();
+  for (const v1::CollectiveRow& row : early->rows()) {
+    if (row.rank() == stopped_rank) continue;
+    EXPECT_TRUE(row.state() == "waiting" || (row.state() == "ahead" && row.issued() > row.done()))
+        << early->ShortDebugString();
+  }
   EXPECT_GT(early->seq(), 0);
   EXPECT_EQ(early->op(), "all_reduce") << early->ShortDebugString();
   EXPECT_THAT(early->verdict(), HasSubstr("rank " + std::to_string(stopped_rank) +
                                           " on w1 (127.0.0.1) is missing from all_reduce #"));
-  ASSERT_EQ(early->rows_size(), 3);
   EXPECT_EQ(early->rows(stopped_rank).state(), "silent");
 
   // The CLI's views of it.
@@ -110,7 +122,7 @@ TEST(FlightRecorderTest, AStoppedRankIsNamedMissingFromTheCollectiveTheOthersWai
   EXPECT_THAT(r.out, HasSubstr("is missing from all_reduce #")) << r.out;
   EXPECT_THAT(r.out, HasSubstr("RANK  WORKER")) << r.out;
   EXPECT_THAT(r.out, HasSubstr("w1             silent")) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("waiting")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(" waiting ")) << r.out;
   r = Cli(cluster, {"describe", job->id()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("collectives attempt 1: rank " + std::to_string(stopped_rank)))
