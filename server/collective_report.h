@@ -23,10 +23,12 @@
 //     when the waiting ranks' records of S differ in op or size it names them: they issued
 //     collectives in different orders.
 // The Coordinator makes a report early, once a rank has waited in S for half the hang timeout
-// and a culprit is named (so the rank is named within the hang timeout), and again with every
-// HANG diagnosis. It keeps the latest of each attempt in Job.collectives and emits each as a
-// JobEvent; `trainyard describe` prints its verdict and `trainyard debug JOB --collectives` its
-// table (docs/operations.md, "Hangs: the collective flight recorder").
+// and a culprit is named (a silent rank, or a missing one outside evaluate, checkpoint and
+// starting, where the others legitimately wait), so the rank is named within the hang timeout;
+// again when a missing culprit falls silent; and with every HANG diagnosis. It keeps the latest
+// of each attempt in Job.collectives and emits each as a JobEvent; `trainyard describe` prints
+// its verdict and `trainyard debug JOB --collectives` its table (docs/operations.md, "Hangs: the
+// collective flight recorder").
 #pragma once
 
 #include <optional>

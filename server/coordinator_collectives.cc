@@ -43,6 +43,17 @@ std::vector<std::pair<int, std::string>> Culprits(const CollectiveReport& r) {
   return out;
 }
 
+// Whether `r` names a rank that holds the others up: a silent one, or a missing one outside the
+// phases where the others legitimately wait for it (rank 0 evaluating or checkpointing, a rank
+// still starting; as in Note [Naming a hung rank]).
+bool NamesCulprit(const CollectiveReport& r) {
+  return std::any_of(r.rows().begin(), r.rows().end(), [](const auto& row) {
+    const std::string& phase = row.phase();
+    return row.state() == "silent" || (row.state() == "missing" && phase != "evaluate" &&
+                                       phase != "checkpoint" && phase != "starting");
+  });
+}
+
 // Whether `b` says nothing that `a` did not: the same attempt, collective, culprits and kind.
 bool SameFinding(const CollectiveReport& a, const CollectiveReport& b) {
   return a.attempt() == b.attempt() && a.seq() == b.seq() && a.hang() == b.hang() &&
@@ -65,7 +76,7 @@ void Coordinator::CheckCollectives(Entry& e, const std::vector<RankView>& views,
   std::optional<CollectiveReport> report = BuildCollectiveReport(views, silent_after_ms);
   if (!report) return;
   // Early: once a rank waited half the hang timeout and a culprit is named.
-  const bool early = report->missing_size() > 0 && LongestWait(*report) * 1000 >= timeout_ms / 2;
+  const bool early = NamesCulprit(*report) && LongestWait(*report) * 1000 >= timeout_ms / 2;
   if (!hang && !early && !AnyFailed(views)) return;
   report->set_attempt(e.job.attempts_size());
   report->set_time_ms(NowMs());

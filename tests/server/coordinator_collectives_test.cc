@@ -179,6 +179,19 @@ TEST_F(CoordinatorCollectivesTest, AMissingRankThatFallsSilentIsReportedAgain) {
   EXPECT_EQ(Get().collectives(0).rows(1).state(), "silent");
 }
 
+TEST_F(CoordinatorCollectivesTest, WaitingForAnEvaluationIsNotReportedEarly) {
+  Reports();
+  clock_.Advance(3s);
+  RankStatus evaluating = Progress(1, 56, 56, "evaluate");
+  evaluating.set_phase_age_ms(3000);
+  Heartbeat(evaluating);
+  Heartbeat(Waiting(0, 3000));
+  Heartbeat(Waiting(2, 3000));
+  c().Tick();
+  EXPECT_TRUE(Reports().empty());
+  EXPECT_EQ(Get().collectives_size(), 0);
+}
+
 TEST_F(CoordinatorCollectivesTest, RanksWaitingWithNobodyMissingAreReportedOnlyAtTheHang) {
   Reports();
   clock_.Advance(3s);
