@@ -39,6 +39,12 @@ void AddFlightRecords(const dist::ProcessGroup* group, dist::CollectiveRecord::T
   }
 }
 
+void RecordPhases(dist::ProcessGroup& group, const trainer::Progress& progress) {
+  group.flight_recorder().SetPhaseSource([&progress] {
+    return trainer::PhaseName(static_cast<trainer::Phase>(progress.phase.load()));
+  });
+}
+
 void ParseFlightRecords(const Json& line, trainyard::v1::RankStatus* status) {
   status->clear_collectives();
   const Json* records = line.Find("collectives");

@@ -12,6 +12,7 @@
 #include "trainyard/v1/service.pb.h"
 #include "worker/dist/flight_recorder.h"
 #include "worker/dist/process_group.h"
+#include "worker/trainer/trainer.h"
 
 namespace trainyard::daemon {
 
@@ -28,6 +29,11 @@ Json FlightRecordsJson(const std::vector<dist::CollectiveRecord>& records,
 // a collective stuck for kStuckAfter or a failed one among its last kReportedCollectives.
 void AddFlightRecords(const dist::ProcessGroup* group, dist::CollectiveRecord::TimePoint now,
                       Json* line);
+
+// Makes `group`'s flight records carry the trainer's phase at issue, read from `progress`
+// (which must outlive the group). Call for every group the rank joins (the first, and each
+// elastic regroup's), before its first collective.
+void RecordPhases(dist::ProcessGroup& group, const trainer::Progress& progress);
 
 // Replaces status->collectives with the line's "collectives" (none when it has none). Entries
 // that are not objects with an integer "seq" are skipped.

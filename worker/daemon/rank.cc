@@ -204,9 +204,7 @@ int RunRank() {
                          1));
     }
     group = *std::move(joined);
-    group->flight_recorder().SetPhaseSource([&progress] {
-      return trainer::PhaseName(static_cast<trainer::Phase>(progress.phase.load()));
-    });
+    RecordPhases(*group, progress);  // flight records carry the phase (flight_report.h)
     done = true;
     progress_thread.join();
     done = false;
