@@ -248,6 +248,9 @@ class Coordinator {
   void CheckStopped(Entry& e);
   void CheckLiveness(Entry& e);
   void CheckHang(Entry& e);
+  // Makes a collective report of `views` (CheckHang's) when a rank waits long, a collective
+  // failed, or `hang` (Note [Collective flight recorder] in collective_report.h).
+  void CheckCollectives(Entry& e, const std::vector<RankView>& views, bool hang);
   void CheckStragglers(Entry& e);
   // Records the round trips rank `r` measured to other hosts of its job (Note [Slow links]).
   void AddLinks(Entry& e, const RankRuntime& r);

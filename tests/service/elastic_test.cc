@@ -72,6 +72,13 @@ int64_t NowMs() {
       .count();
 }
 
+// Three workers of one slot (a designated initializer trips -Wmissing-field-initializers).
+testing::ClusterOptions ThreeWorkers() {
+  testing::ClusterOptions o;
+  o.workers = 3;
+  return o;
+}
+
 bool StepReached(JobWatch& w, int64_t step, std::chrono::milliseconds timeout) {
   return w.Wait([&](const v1::JobEvent& e) { return e.has_step() && e.step().step() >= step; },
                 timeout);
@@ -79,7 +86,7 @@ bool StepReached(JobWatch& w, int64_t step, std::chrono::milliseconds timeout) {
 
 TEST(ElasticTest, AKilledWorkerShrinksTheJobWithoutARestartAndItGrowsBackWhenTheWorkerReturns) {
   TempDir dir;
-  Cluster cluster(dir.path(), {.workers = 3});
+  Cluster cluster(dir.path(), ThreeWorkers());
   std::string error;
   ASSERT_TRUE(cluster.Start(&error)) << error;
   auto job = cluster.client().Submit(ElasticSpec("shrink", 1200));
@@ -123,7 +130,7 @@ TEST(ElasticTest, AKilledWorkerShrinksTheJobWithoutARestartAndItGrowsBackWhenThe
 
 TEST(ElasticTest, AStoppedRankIsNamedAndTheGroupShrinksAndContinues) {
   TempDir dir;
-  Cluster cluster(dir.path(), {.workers = 3});
+  Cluster cluster(dir.path(), ThreeWorkers());
   std::string error;
   ASSERT_TRUE(cluster.Start(&error)) << error;
   auto job = cluster.client().Submit(
@@ -166,7 +173,7 @@ TEST(ElasticTest, RepeatedKillsAndRestartsDuringOneRunLoseNoStep) {
   const char* env = std::getenv("TY_ELASTIC_KILLS");
   const int kills = env ? std::atoi(env) : 20;
   TempDir dir;
-  Cluster cluster(dir.path(), {.workers = 3});
+  Cluster cluster(dir.path(), ThreeWorkers());
   std::string error;
   ASSERT_TRUE(cluster.Start(&error)) << error;
   const int steps = 100000;

@@ -14,6 +14,7 @@
 #include "common/json.h"
 #include "common/signals.h"
 #include "proto/rpc.h"
+#include "worker/daemon/flight_report.h"
 #include "worker/daemon/gpus.h"
 #include "worker/daemon/grpc_store.h"
 #include "worker/dist/process_group.h"
@@ -89,7 +90,7 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress,
     }
     const int64_t now_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
-    reporter->Send(Json::Object(
+    Json line = Json::Object(
         {{"type", "status"},
          {"step", progress->step.load()},
          {"phase", trainer::PhaseName(static_cast<trainer::Phase>(progress->phase.load()))},
@@ -98,7 +99,9 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress,
          {"done", finished},
          {"collective_age_ms",
           std::chrono::duration_cast<std::chrono::milliseconds>(now - done_changed).count()},
-         {"links", LinksJson(group ? links.Sample() : std::vector<ranks::PeerLink>{})}}));
+         {"links", LinksJson(group ? links.Sample() : std::vector<ranks::PeerLink>{})}});
+    AddFlightRecords(group, now, &line);  // only while a collective is stuck or failed
+    reporter->Send(line);
     for (int i = 0; i < 10 && !done->load(); ++i) std::this_thread::sleep_for(50ms);
   }
 }
@@ -201,6 +204,7 @@ int RunRank() {
                          1));
     }
     group = *std::move(joined);
+    RecordPhases(*group, progress);  // flight records carry the phase (flight_report.h)
     done = true;
     progress_thread.join();
     done = false;
