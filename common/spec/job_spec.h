@@ -158,6 +158,7 @@ struct CheckpointSpec {
   bool resume = true;
   std::string init_from;
   std::string resume_from;  // a step directory of another run to continue (Note [Run identity])
+  bool async = true;        // written in the background (worker/trainer/async_checkpoint.h)
 };
 
 // parallelism.world_size's bound: the most ranks a job, or `trainyard train --nproc`, has.

@@ -188,6 +188,7 @@ void VisitJob(V& v, JobSpec& s) {
     m.Bool("resume", &s.checkpoint.resume);
     m.String("init_from", &s.checkpoint.init_from);
     m.String("resume_from", &s.checkpoint.resume_from);
+    m.Bool("async", &s.checkpoint.async);
   });
   v.Double("grad_clip_norm", &s.grad_clip_norm, 0, kInf);
   v.Int("num_threads", &s.num_threads, 0, 1024);

@@ -41,6 +41,7 @@ TEST(JobSpecTest, MinimalSpecGetsTheDocumentedDefaults) {
   EXPECT_EQ(spec->device, "cpu");
   EXPECT_EQ(spec->checkpoint.keep_last, 3);
   EXPECT_TRUE(spec->checkpoint.resume);
+  EXPECT_TRUE(spec->checkpoint.async);
   EXPECT_DOUBLE_EQ(spec->optimizer.adamw.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(spec->optimizer.adam.weight_decay, 0);
 
@@ -73,7 +74,8 @@ TEST(JobSpecTest, ReadsEveryKindOfField) {
     "steps": 200,
     "eval": {"every_steps": 50, "max_batches": 4},
     "seed": "18446744073709551615",
-    "checkpoint": {"dir": "runs/x", "every_steps": 100, "keep_last": 0, "resume": false},
+    "checkpoint": {"dir": "runs/x", "every_steps": 100, "keep_last": 0, "resume": false,
+                   "async": false},
     "grad_clip_norm": 1.0,
     "num_threads": 2
   })");
@@ -100,6 +102,7 @@ TEST(JobSpecTest, ReadsEveryKindOfField) {
   EXPECT_EQ(spec->checkpoint.every_steps, 100);
   EXPECT_EQ(spec->checkpoint.keep_last, 0);
   EXPECT_FALSE(spec->checkpoint.resume);
+  EXPECT_FALSE(spec->checkpoint.async);
   EXPECT_EQ(spec->num_threads, 2);
 }
 
