@@ -99,20 +99,10 @@ void Discard(const std::string& dir, const std::string& name) {
   RemoveAllOrWarn(trash);
 }
 
-// The entries StateDict() lists, each tensor once, under its first name (Note [Tied embedding]).
-nn::NamedTensors UniqueStateDict(const nn::Module& model) {
-  nn::NamedTensors out;
-  std::unordered_set<const TensorImpl*> seen;
-  for (auto& [name, tensor] : model.StateDict()) {
-    if (seen.insert(tensor.impl()).second) out.emplace_back(name, tensor);
-  }
-  return out;
-}
-
 // Writes the files of a checkpoint into the fresh directory `tmp` and makes them durable.
-Status WriteContents(const std::string& tmp, const nn::Module& model,
+Status WriteContents(const std::string& tmp, const nn::NamedTensors& model,
                      const std::vector<optim::NamedTensor>* optimizer_state, Manifest manifest) {
-  RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + manifest.model_file, UniqueStateDict(model)));
+  RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + manifest.model_file, model));
   if (optimizer_state != nullptr) {
     RETURN_IF_ERROR(SaveSafetensors(tmp + "/" + *manifest.optimizer_file, *optimizer_state));
   }
@@ -183,6 +173,15 @@ Status LoadWeights(const std::string& path, const SafetensorsFile& file, nn::Mod
 
 }  // namespace
 
+nn::NamedTensors UniqueStateDict(const nn::Module& model) {
+  nn::NamedTensors out;
+  std::unordered_set<const TensorImpl*> seen;
+  for (auto& [name, tensor] : model.StateDict()) {
+    if (seen.insert(tensor.impl()).second) out.emplace_back(name, tensor);
+  }
+  return out;
+}
+
 std::string StepDirName(int64_t step) {
   TY_CHECK(step >= 0) << "checkpoint step " << step;
   char buffer[32];
@@ -210,12 +209,23 @@ Status CheckpointManager::Save(const nn::Module& model, const optim::Optimizer* 
 Status CheckpointManager::SaveWithOptimizerState(
     const nn::Module& model, const std::vector<optim::NamedTensor>* optimizer_state,
     const CheckpointState& state) {
+  return SaveTensors(UniqueStateDict(model), optimizer_state, Stamped(state));
+}
+
+CheckpointState CheckpointManager::Stamped(CheckpointState state) const {
+  state.saved_at = clock_->UnixSeconds();
+  state.attempt = fence_.epoch();
+  return state;
+}
+
+Status CheckpointManager::SaveTensors(const nn::NamedTensors& model,
+                                      const std::vector<optim::NamedTensor>* optimizer_state,
+                                      const CheckpointState& stamped,
+                                      const std::function<void()>& before_commit) {
   Manifest manifest;
-  manifest.state = state;
-  manifest.state.saved_at = clock_->UnixSeconds();
-  manifest.state.attempt = fence_.epoch();
+  manifest.state = stamped;
   if (optimizer_state != nullptr) manifest.optimizer_file = kOptimizerFile;
-  const std::string name = StepDirName(state.step);
+  const std::string name = StepDirName(stamped.step);
   const std::string tmp = dir_ + "/" + kTmpPrefix + name + "-" + std::to_string(::getpid());
 
   std::error_code ec;
@@ -228,9 +238,10 @@ Status CheckpointManager::SaveWithOptimizerState(
     RemoveAllOrWarn(tmp);
     return s.WithContext("saving checkpoint " + Quoted(dir_ + "/" + name));
   }
+  if (before_commit) before_commit();
   s = fence_.Commit(name, [&] {
     RETURN_IF_ERROR(Publish(tmp, dir_, name));
-    Prune(state.step);  // under the fence too: a stale attempt deletes nothing
+    Prune(stamped.step);  // under the fence too: a stale attempt deletes nothing
     return OkStatus();
   });
   if (!s.ok()) {

@@ -17,10 +17,13 @@
 // of a crashed save are hidden (names starting with '.') and removed by the next Save. Old
 // checkpoints are renamed to .trash-step-<step>-<pid> before being deleted, for the same reason.
 // Under the service, the rename and the pruning happen only while the directory's fence allows
-// the writing attempt (Note [Checkpoint fence] in checkpoint_fence.h).
+// the writing attempt (Note [Checkpoint fence] in checkpoint_fence.h). An asynchronous save
+// (checkpoint.async) copies the tensors to host memory first and runs the same write and commit
+// on a background thread (Note [Asynchronous checkpoint] in async_checkpoint.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -36,8 +39,14 @@ namespace trainyard::trainer {
 // "step-00001200" for step 1200.
 std::string StepDirName(int64_t step);
 
+// The entries of model.StateDict(), each tensor once, under its first name (Note [Tied
+// embedding]): what model.safetensors holds. The tensors are the model's own, not copies.
+nn::NamedTensors UniqueStateDict(const nn::Module& model);
+
 // Saves checkpoints of one run into a directory and finds the newest. One CheckpointManager
-// (one process) writes a directory at a time. Not thread-safe.
+// (one process) writes a directory at a time. Not thread-safe: one thread at a time calls
+// RaiseFence, Save*, and Latest (an asynchronous save's writer thread while it writes); dir()
+// and Stamped() read only what the constructor set and may be called from any thread.
 class CheckpointManager {
  public:
   // keep_last > 0 keeps the newest keep_last step directories after each Save; 0 keeps all.
@@ -67,6 +76,18 @@ class CheckpointManager {
   Status SaveWithOptimizerState(const nn::Module& model,
                                 const std::vector<optim::NamedTensor>* optimizer_state,
                                 const CheckpointState& state);
+
+  // `state` as a save records it: saved_at from the clock now, attempt the fence's epoch.
+  CheckpointState Stamped(CheckpointState state) const;
+  // Save's write and commit, with the tensors already taken (an asynchronous save's host
+  // snapshot): `model` is what model.safetensors holds (UniqueStateDict, or a copy of it),
+  // `stamped` is recorded as given (Stamped). Same files, pruning, errors and fence refusal as
+  // SaveWithOptimizerState, which calls it. `before_commit`, when set, runs after every file
+  // is written and synced and before the rename (tests stop a save there).
+  Status SaveTensors(const nn::NamedTensors& model,
+                     const std::vector<optim::NamedTensor>* optimizer_state,
+                     const CheckpointState& stamped,
+                     const std::function<void()>& before_commit = nullptr);
 
   // The newest step directory (by step number) whose manifest reads back and whose files
   // exist with the sizes and CRC-32s the manifest records, or nullopt when <dir> holds no step
