@@ -173,6 +173,9 @@ Status Trainer::OpenCheckpointDir(bool save_vocabulary) {
                                                      options_.clock, options_.attempt);
   // Before anything is resumed or written: a stale attempt stops here.
   if (rank_ == 0) RETURN_IF_ERROR(checkpoints_->RaiseFence());
+  if (rank_ == 0 && spec_.checkpoint.async) {
+    writer_ = std::make_unique<AsyncCheckpointWriter>(checkpoints_.get());
+  }
   if (spec_.data.source != "text" || !save_vocabulary || rank_ != 0) return OkStatus();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -8,7 +8,9 @@
 //              grad_accumulation_steps x (data -> forward + loss -> backward)
 //              -> clip, lr, step, zero_grad
 //            evaluating every eval.every_steps and at the end, checkpointing every
-//            checkpoint.every_steps, at the end and when stopped. With a checkpoint.dir (or
+//            checkpoint.every_steps, at the end and when stopped (with checkpoint.async, written
+//            in the background; Run returns once the last is committed; Note [Asynchronous
+//            checkpoint] in async_checkpoint.h). With a checkpoint.dir (or
 //            TrainerOptions::metrics_file), rank 0 appends each step's and evaluation's
 //            metrics to its metrics.jsonl (metrics_log.h).
 //
@@ -79,6 +81,7 @@
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/generator.h"
 #include "worker/tensor/storage.h"
+#include "worker/trainer/async_checkpoint.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/data_parallel.h"
 #include "worker/trainer/job_data.h"
@@ -182,7 +185,8 @@ struct Progress {
 struct TrainerOptions {
   std::function<void(const StepMetrics&)> on_step;
   std::function<void(const EvalMetrics&)> on_eval;
-  // After each checkpoint is written: its directory and step.
+  // After each checkpoint is committed: its directory and step. On the training thread; with
+  // checkpoint.async, at the next checkpoint or at the end of Run, once the write is done.
   std::function<void(const std::string& dir, int64_t step)> on_checkpoint;
   // Checked after every step; once true, Run saves a checkpoint (when checkpoint.dir is set)
   // and returns with interrupted = true. May be set from another thread or a signal handler.
@@ -332,7 +336,15 @@ class Trainer {
   void SetPhase(Phase p) {
     if (options_.progress) options_.progress->Set(p);
   }
-  Status SaveCheckpoint(std::string* path);
+  // Takes a checkpoint of the current step (a collective with ZeRO): rank 0 writes it, or with
+  // checkpoint.async hands its snapshot to writer_ after the previous write is committed.
+  Status SaveCheckpoint();
+  // Waits for writer_'s write in flight (when there is one) and reports it.
+  Status AwaitCheckpoint();
+  // What a checkpoint of the current step records, besides the tensors.
+  CheckpointState StateToSave() const;
+  // Records a committed checkpoint and calls on_checkpoint.
+  void Committed(const CommittedCheckpoint& checkpoint);
   // The mean loss of a batch: cross-entropy over the last dimension of the model's output,
   // forward and loss under autocast (Note [Mixed precision]).
   Tensor ForwardLoss(const Tensor& input, const Tensor& target) const;
@@ -376,6 +388,8 @@ class Trainer {
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> eval_loader_;
   std::unique_ptr<CheckpointManager> checkpoints_;
+  // checkpoint.async on rank 0; after checkpoints_, which it writes through.
+  std::unique_ptr<AsyncCheckpointWriter> writer_;
   std::unique_ptr<MetricsLog> metrics_log_;  // rank 0 with a checkpoint.dir (metrics_log.h)
   int64_t num_parameters_ = 0;
   int64_t steps_per_epoch_ = 0;

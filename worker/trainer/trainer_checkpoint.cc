@@ -1,7 +1,8 @@
 // Trainer's checkpoints (trainer.h): Restore resumes the newest checkpoint of checkpoint.dir
 // when this run wrote it (Note [Run identity]), or checkpoint.resume_from, or starts from
-// checkpoint.init_from; SaveCheckpoint writes one, with the optimizer's state in the form of
-// the run's UpdateStep (update_step.h; the grad scaler's beside it for fp16).
+// checkpoint.init_from; SaveCheckpoint writes one (or hands it to the background writer,
+// Note [Asynchronous checkpoint]), with the optimizer's state in the form of the run's
+// UpdateStep (update_step.h; the grad scaler's beside it for fp16).
 #include <ctime>
 
 #include "worker/trainer/trainer.h"
@@ -149,13 +150,33 @@ Status Trainer::RestoreOptimizerState(const std::string& path) {
   return update_->LoadStateDict(std::move(state), path);
 }
 
-Status Trainer::SaveCheckpoint(std::string* path) {
+Status Trainer::SaveCheckpoint() {
   SetPhase(Phase::kCheckpoint);
   // A ZeRO optimizer's state is gathered from every rank; then rank 0 alone writes.
   ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> optimizer_state,
                    update_->StateDict(/*writer=*/rank_ == 0));
   saved_step_ = step_;
   if (rank_ != 0) return OkStatus();
+  const CheckpointState state = checkpoints_->Stamped(StateToSave());
+  if (writer_) {
+    ASSIGN_OR_RETURN(std::optional<CommittedCheckpoint> previous,
+                     writer_->Save(UniqueStateDict(*model_), &optimizer_state, state));
+    if (previous) Committed(*previous);
+    return OkStatus();
+  }
+  RETURN_IF_ERROR(checkpoints_->SaveTensors(UniqueStateDict(*model_), &optimizer_state, state));
+  Committed({checkpoints_->dir() + "/" + StepDirName(step_), step_});
+  return OkStatus();
+}
+
+Status Trainer::AwaitCheckpoint() {
+  if (!writer_) return OkStatus();
+  ASSIGN_OR_RETURN(std::optional<CommittedCheckpoint> done, writer_->Wait());
+  if (done) Committed(*done);
+  return OkStatus();
+}
+
+CheckpointState Trainer::StateToSave() const {
   CheckpointState state;
   state.step = step_;
   state.epoch = static_cast<int64_t>(train_loader_->epoch());
@@ -170,11 +191,12 @@ Status Trainer::SaveCheckpoint(std::string* path) {
   state.generators[kModelGenerator] = GeneratorState::Of(gen_);  // rank 0's stream
   state.spec = spec::ToJson(spec_);
   state.run = run_;
-  RETURN_IF_ERROR(checkpoints_->SaveWithOptimizerState(*model_, &optimizer_state, state));
-  *path = checkpoints_->dir() + "/" + StepDirName(step_);
-  last_checkpoint_ = *path;
-  if (options_.on_checkpoint) options_.on_checkpoint(*path, step_);
-  return OkStatus();
+  return state;
+}
+
+void Trainer::Committed(const CommittedCheckpoint& checkpoint) {
+  last_checkpoint_ = checkpoint.path;
+  if (options_.on_checkpoint) options_.on_checkpoint(checkpoint.path, checkpoint.step);
 }
 
 }  // namespace trainyard::trainer

@@ -282,8 +282,7 @@ Status Trainer::EvaluateOrSave(bool stop, RunTally* tally) {
   }
   if (checkpoints_ && spec_.checkpoint.every_steps > 0 &&
       step_ % spec_.checkpoint.every_steps == 0 && !stop) {
-    std::string path;
-    RETURN_IF_ERROR(SaveCheckpoint(&path));
+    RETURN_IF_ERROR(SaveCheckpoint());
   }
   return OkStatus();
 }
@@ -291,13 +290,12 @@ Status Trainer::EvaluateOrSave(bool stop, RunTally* tally) {
 StatusOr<TrainSummary> Trainer::Finish(RunTally* tally) {
   TrainSummary& summary = tally->summary;
   // Checkpoint first: with ZeRO it is a collective, which must not wait on rank 0's evaluation.
-  if (checkpoints_ && saved_step_ != step_) {
-    std::string path;
-    RETURN_IF_ERROR(SaveCheckpoint(&path));
-  }
+  if (checkpoints_ && saved_step_ != step_) RETURN_IF_ERROR(SaveCheckpoint());
   if (!summary.interrupted && eval_loader_ && tally->last_eval_step != step_) {
     ASSIGN_OR_RETURN(summary.eval, Evaluate());
   }
+  // An asynchronous checkpoint's write overlaps the evaluation; Run returns once it commits.
+  RETURN_IF_ERROR(AwaitCheckpoint());
   SetPhase(Phase::kDone);
   summary.steps = step_;
   summary.world_size = world_size_;
