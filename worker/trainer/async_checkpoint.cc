@@ -98,6 +98,7 @@ void AsyncCheckpointWriter::Loop() {
     lock.unlock();
     // The snapshot is this thread's until in_flight_ drops.
     const int64_t step = state_.step;
+    if (hooks_.before_write) hooks_.before_write(step);
     std::function<void()> before_commit;
     if (hooks_.before_commit) before_commit = [this, step] { hooks_.before_commit(step); };
     Status s = manager_->SaveTensors(

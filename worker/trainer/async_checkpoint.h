@@ -69,6 +69,8 @@ class AsyncCheckpointWriter {
  public:
   // For tests; empty in production.
   struct Hooks {
+    // On the writer thread, before a checkpoint's first file is written.
+    std::function<void(int64_t step)> before_write;
     // On the writer thread, after a checkpoint's files are written and synced, before the
     // rename that commits it.
     std::function<void(int64_t step)> before_commit;

@@ -18,8 +18,10 @@
 // checkpoints are renamed to .trash-step-<step>-<pid> before being deleted, for the same reason.
 // Under the service, the rename and the pruning happen only while the directory's fence allows
 // the writing attempt (Note [Checkpoint fence] in checkpoint_fence.h). An asynchronous save
-// (checkpoint.async) copies the tensors to host memory first and runs the same write and commit
-// on a background thread (Note [Asynchronous checkpoint] in async_checkpoint.h).
+// (checkpoint.async) copies the tensors to host memory at the step boundary and runs this same
+// write and commit (SaveTensors) on a background thread (Note [Asynchronous checkpoint] in
+// async_checkpoint.h): the same bytes, and the same atomicity, since a process killed while
+// that thread writes leaves only a hidden .tmp-step-* beside the newest committed step-*.
 #pragma once
 
 #include <cstdint>

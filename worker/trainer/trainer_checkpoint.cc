@@ -171,6 +171,7 @@ Status Trainer::SaveCheckpoint() {
 
 Status Trainer::AwaitCheckpoint() {
   if (!writer_) return OkStatus();
+  SetPhase(Phase::kCheckpoint);  // a hang detector allows a checkpoint's time for the wait
   ASSIGN_OR_RETURN(std::optional<CommittedCheckpoint> done, writer_->Wait());
   if (done) Committed(*done);
   return OkStatus();

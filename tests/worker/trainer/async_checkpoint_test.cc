@@ -147,7 +147,7 @@ TEST(AsyncCheckpointTest, TheCheckpointHoldsTheStateOfItsStepWhileTrainingGoesOn
   CheckpointManager manager(tmp.path(), 0);
   Gate gate;
   AsyncCheckpointWriter::Hooks hooks;
-  hooks.before_commit = [&](int64_t) { EXPECT_TRUE(gate.Wait()); };
+  hooks.before_write = [&](int64_t) { EXPECT_TRUE(gate.Wait()); };
   AsyncCheckpointWriter writer(&manager, hooks);
   MlpRun run(1), saved(2);
   run.Step(1);
