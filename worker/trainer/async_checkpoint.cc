@@ -1,5 +1,7 @@
 #include "worker/trainer/async_checkpoint.h"
 
+#include <utility>
+
 #include "common/logging.h"
 #include "worker/tensor/dtype.h"
 
@@ -80,8 +82,18 @@ StatusOr<std::optional<CommittedCheckpoint>> AsyncCheckpointWriter::Wait() {
     lock.lock();
   }
   cv_.wait(lock, [this] { return !in_flight_; });
-  StatusOr<std::optional<CommittedCheckpoint>> result = std::move(result_);
-  result_ = std::optional<CommittedCheckpoint>();
+  return TakeResult();
+}
+
+StatusOr<std::optional<CommittedCheckpoint>> AsyncCheckpointWriter::Poll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!in_flight_) return TakeResult();
+  return StatusOr<std::optional<CommittedCheckpoint>>(std::nullopt);
+}
+
+StatusOr<std::optional<CommittedCheckpoint>> AsyncCheckpointWriter::TakeResult() {
+  StatusOr<std::optional<CommittedCheckpoint>> result(std::nullopt);
+  std::swap(result, result_);
   return result;
 }
 

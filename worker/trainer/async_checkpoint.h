@@ -17,8 +17,9 @@
 //     process killed at any moment leaves the newest committed checkpoint loadable.
 //   - One at a time. There is one snapshot, so a save first waits until the previous one is
 //     committed: a slow disk delays the next snapshot and never overwrites one being written.
-//   - Errors. A failed write is returned by the next Save (which then starts nothing) or Wait;
-//     the trainer fails the run with it. Never dropped: the destructor logs one nobody took.
+//   - Errors. A failed write is returned by the next Poll, Save (which then starts nothing) or
+//     Wait; the trainer polls after every step and fails the run with it, at the latest at the
+//     next save. Never dropped: the destructor logs one nobody took.
 //   - End. Trainer::Finish waits for the last write (Wait) before it returns, after an
 //     interruption (a stop, SIGTERM) too, so the final checkpoint exists when Run returns.
 #pragma once
@@ -97,6 +98,8 @@ class AsyncCheckpointWriter {
 
   // Waits for the write in flight, if any, and returns its result as Save does.
   StatusOr<std::optional<CommittedCheckpoint>> Wait();
+  // Wait without the wait: the finished write's result, or nullopt while one is in flight.
+  StatusOr<std::optional<CommittedCheckpoint>> Poll();
 
   // The host snapshot's bytes (weights and optimizer state); 0 before the first Save. From
   // the thread that calls Save.
@@ -104,6 +107,8 @@ class AsyncCheckpointWriter {
 
  private:
   void Loop();  // the writer thread
+  // result_, leaving nullopt in its place. Under mu_, with no write in flight.
+  StatusOr<std::optional<CommittedCheckpoint>> TakeResult();
 
   CheckpointManager* manager_;
   Hooks hooks_;

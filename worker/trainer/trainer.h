@@ -186,7 +186,8 @@ struct TrainerOptions {
   std::function<void(const StepMetrics&)> on_step;
   std::function<void(const EvalMetrics&)> on_eval;
   // After each checkpoint is committed: its directory and step. On the training thread; with
-  // checkpoint.async, at the next checkpoint or at the end of Run, once the write is done.
+  // checkpoint.async, after the first step that ends once the write is done (at the latest at
+  // the next checkpoint, or at the end of Run).
   std::function<void(const std::string& dir, int64_t step)> on_checkpoint;
   // Checked after every step; once true, Run saves a checkpoint (when checkpoint.dir is set)
   // and returns with interrupted = true. May be set from another thread or a signal handler.
@@ -339,8 +340,9 @@ class Trainer {
   // Takes a checkpoint of the current step (a collective with ZeRO): rank 0 writes it, or with
   // checkpoint.async hands its snapshot to writer_ after the previous write is committed.
   Status SaveCheckpoint();
-  // Waits for writer_'s write in flight (when there is one) and reports it.
-  Status AwaitCheckpoint();
+  // Reports writer_'s finished write (its error fails the run); `wait`: waits for the write
+  // in flight first, else leaves one in flight for later.
+  Status CollectCheckpoint(bool wait);
   // What a checkpoint of the current step records, besides the tensors.
   CheckpointState StateToSave() const;
   // Records a committed checkpoint and calls on_checkpoint.

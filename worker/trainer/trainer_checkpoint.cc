@@ -169,10 +169,12 @@ Status Trainer::SaveCheckpoint() {
   return OkStatus();
 }
 
-Status Trainer::AwaitCheckpoint() {
+Status Trainer::CollectCheckpoint(bool wait) {
   if (!writer_) return OkStatus();
-  SetPhase(Phase::kCheckpoint);  // a hang detector allows a checkpoint's time for the wait
-  ASSIGN_OR_RETURN(std::optional<CommittedCheckpoint> done, writer_->Wait());
+  // A hang detector allows a checkpoint's time for the wait.
+  if (wait) SetPhase(Phase::kCheckpoint);
+  ASSIGN_OR_RETURN(std::optional<CommittedCheckpoint> done,
+                   wait ? writer_->Wait() : writer_->Poll());
   if (done) Committed(*done);
   return OkStatus();
 }

@@ -133,6 +133,7 @@ StatusOr<bool> Trainer::Step(RunTally* tally) {
   // Read after on_step: a request made while reporting this step stops the run here.
   const bool stop = agreed_stop ? *agreed_stop : StopRequested();
   RETURN_IF_ERROR(EvaluateOrSave(stop, tally));
+  RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/false));  // a background write that has ended
   return stop;
 }
 
@@ -295,7 +296,7 @@ StatusOr<TrainSummary> Trainer::Finish(RunTally* tally) {
     ASSIGN_OR_RETURN(summary.eval, Evaluate());
   }
   // An asynchronous checkpoint's write overlaps the evaluation; Run returns once it commits.
-  RETURN_IF_ERROR(AwaitCheckpoint());
+  RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
   SetPhase(Phase::kDone);
   summary.steps = step_;
   summary.world_size = world_size_;

@@ -120,7 +120,7 @@ TEST_F(TrainerCheckpointTest, AsyncAndSyncRunsWriteTheSameCheckpointsAndResumeAl
   }
 }
 
-TEST_F(TrainerCheckpointTest, ARefusedBackgroundCommitFailsTheRunAtTheNextSave) {
+TEST_F(TrainerCheckpointTest, ARefusedBackgroundCommitFailsTheRunByTheNextSave) {
   // Attempt 2 raises the fence once attempt 1 has started: every commit of 1 is refused.
   fence_hook_ = [](const std::string& dir) {
     ASSERT_TRUE(CheckpointManager(dir, 0, nullptr, /*attempt=*/2).RaiseFence().ok());
@@ -133,8 +133,14 @@ TEST_F(TrainerCheckpointTest, ARefusedBackgroundCommitFailsTheRunAtTheNextSave) 
     EXPECT_THAT(run.summary.status().message(),
                 HasSubstr("checkpoint step-00000004 of attempt 1 refused: " + spec.checkpoint.dir +
                           " is fenced at attempt 2"));
-    // Synchronous: at the save itself; asynchronous: when the next save finds the error.
-    EXPECT_EQ(run.losses.size(), async ? 8u : 4u);
+    // Synchronous: at the save itself; asynchronous: after the step in which the write ended,
+    // at the latest when the next save finds the error.
+    if (async) {
+      EXPECT_GT(run.losses.size(), 4u);
+      EXPECT_LE(run.losses.size(), 8u);
+    } else {
+      EXPECT_EQ(run.losses.size(), 4u);
+    }
     EXPECT_TRUE(run.reported.empty());
     EXPECT_TRUE(run.latest_at_return.empty());
   }
