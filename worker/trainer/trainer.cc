@@ -166,6 +166,12 @@ Status Trainer::BuildModel() {
   return OkStatus();
 }
 
+void Trainer::OpenCheckpointWriter() {
+  if (rank_ == 0 && checkpoints_ && spec_.checkpoint.async && !writer_) {
+    writer_ = std::make_unique<AsyncCheckpointWriter>(checkpoints_.get());
+  }
+}
+
 Status Trainer::OpenCheckpointDir(bool save_vocabulary) {
   const std::string& dir = spec_.checkpoint.dir;
   if (dir.empty()) return OkStatus();
@@ -173,9 +179,7 @@ Status Trainer::OpenCheckpointDir(bool save_vocabulary) {
                                                      options_.clock, options_.attempt);
   // Before anything is resumed or written: a stale attempt stops here.
   if (rank_ == 0) RETURN_IF_ERROR(checkpoints_->RaiseFence());
-  if (rank_ == 0 && spec_.checkpoint.async) {
-    writer_ = std::make_unique<AsyncCheckpointWriter>(checkpoints_.get());
-  }
+  OpenCheckpointWriter();
   if (spec_.data.source != "text" || !save_vocabulary || rank_ != 0) return OkStatus();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -340,6 +340,8 @@ class Trainer {
   // Takes a checkpoint of the current step (a collective with ZeRO): rank 0 writes it, or with
   // checkpoint.async hands its snapshot to writer_ after the previous write is committed.
   Status SaveCheckpoint();
+  // writer_ when this rank is 0 and checkpoint.async is on (and it has none yet).
+  void OpenCheckpointWriter();
   // Reports writer_'s finished write (its error fails the run); `wait`: waits for the write
   // in flight first, else leaves one in flight for later.
   Status CollectCheckpoint(bool wait);

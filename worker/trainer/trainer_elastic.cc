@@ -112,6 +112,9 @@ Status Trainer::JoinElasticGroup() {
 }
 
 Status Trainer::Regroup(const Status& why) {
+  // An asynchronous write in flight commits (or is refused) before this rank leaves its group:
+  // the next group's rank 0 may be another process writing the same directory.
+  RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
   Status cause = why;
   for (int tries = 1;; ++tries) {
     SetPhase(Phase::kRegroup);
@@ -131,6 +134,7 @@ Status Trainer::Regroup(const Status& why) {
     }
     options_.process_group = next->group;
     if (next->attempt != attempt_ && checkpoints_) {
+      writer_.reset();  // it wrote through the manager replaced here, and has nothing in flight
       attempt_ = next->attempt;
       checkpoints_ = std::make_unique<CheckpointManager>(
           spec_.checkpoint.dir, spec_.checkpoint.keep_last, options_.clock, attempt_);
@@ -138,6 +142,7 @@ Status Trainer::Regroup(const Status& why) {
     }
     attempt_ = next->attempt;
     Status joined = JoinElasticGroup();
+    if (joined.ok()) OpenCheckpointWriter();  // rank 0 of the new group writes
     if (joined.ok() || !group_failed_ || tries == kMaxRegroupTries) return joined;
     cause = joined;
   }
