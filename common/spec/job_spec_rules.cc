@@ -63,9 +63,9 @@ bool ValidName(const std::string& name) {
 // The elastic bounds (job.proto, ParallelismSpec.min_world_size).
 void CheckElastic(const JobSpec& s, Problems* problems) {
   const ParallelismSpec& p = s.parallelism;
-  if (!IsElastic(p) || !AllFine(*problems, {"parallelism.min_world_size",
-                                            "parallelism.max_world_size", "parallelism.world_size",
-                                            "parallelism.grad_accumulation_steps"})) {
+  if (!IsElastic(p) ||
+      !AllFine(*problems, {"parallelism.min_world_size", "parallelism.max_world_size",
+                           "parallelism.world_size", "parallelism.grad_accumulation_steps"})) {
     return;
   }
   auto add = ValueAdder(problems);
@@ -77,7 +77,8 @@ void CheckElastic(const JobSpec& s, Problems* problems) {
     // Every rank takes at least one of the step's micro-batches.
     add("parallelism.max_world_size", std::to_string(MaxWorldSize(p)),
         "must be at most parallelism.world_size x parallelism.grad_accumulation_steps = " +
-            std::to_string(micro_batches) + " (the micro-batches of a step, shared out among "
+            std::to_string(micro_batches) +
+            " (the micro-batches of a step, shared out among "
             "the ranks)");
   }
   if (p.zero_stage != 0) {

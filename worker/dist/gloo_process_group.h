@@ -121,10 +121,10 @@ class GlooProcessGroup final : public ProcessGroup {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;  // guarded by mu_
-  bool stop_ = false;       // guarded by mu_
-  uint32_t next_seq_ = 1;   // guarded by mu_
-  Status broken_;           // the first failure; guarded by mu_
+  std::deque<Task> queue_;         // guarded by mu_
+  bool stop_ = false;              // guarded by mu_
+  uint32_t next_seq_ = 1;          // guarded by mu_
+  Status broken_;                  // the first failure; guarded by mu_
   std::shared_ptr<Work> running_;  // the op on the group's thread; guarded by mu_
   // Failed ops' buffers and closures (Note [Parking a failed op]); group thread only, then
   // the destructor.

@@ -31,7 +31,7 @@ inline constexpr const char* kReportFdEnv = "TRAINYARD_REPORT_FD";  // the repor
 // The read end of the daemon's command pipe: one JSON line per Regroup for this rank
 // (rank.h). Unset: no commands (a rank of a job that is not elastic).
 inline constexpr const char* kCommandFdEnv = "TRAINYARD_COMMAND_FD";
-inline constexpr const char* kHostEnv = "TRAINYARD_HOST";           // address Gloo listens on
+inline constexpr const char* kHostEnv = "TRAINYARD_HOST";  // address Gloo listens on
 // The worker's slot the rank runs in: for a cuda job the GPU it sees (as its only device,
 // through CUDA_VISIBLE_DEVICES, before CUDA starts).
 inline constexpr const char* kSlotEnv = "TRAINYARD_SLOT";
