@@ -190,9 +190,11 @@ void Coordinator::CheckLiveness(Entry& e) {
     if (registry_.IsAlive(worker)) continue;
     const WorkerRegistry::Entry* w = registry_.Find(worker);
     if (w != nullptr) {
-      return AbortAttempt(e, "worker " + worker + " (" + r.placement.host() +
-                                 ") lost: no heartbeat for " +
-                                 FormatSeconds(SecondsOf(now - w->last_heartbeat)));
+      const std::string why = "worker " + worker + " (" + r.placement.host() +
+                              ") lost: no heartbeat for " +
+                              FormatSeconds(SecondsOf(now - w->last_heartbeat));
+      if (Elastic(e) && Regroup(e, LiveRanks(e), {}, why)) return;  // coordinator_elastic.cc
+      return AbortAttempt(e, why);
     }
     if (now - started_ >= options_.heartbeat_timeout) {
       return AbortAttempt(e, "worker " + worker + " (" + r.placement.host() +
