@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "proto/rpc.h"
 #include "worker/daemon/gpus.h"
 #include "worker/daemon/grpc_store.h"
+#include "worker/daemon/rank_regroup.h"
 #include "worker/dist/process_group.h"
 #include "worker/ranks/env.h"
 #include "worker/ranks/group.h"
@@ -73,22 +75,28 @@ Json LinksJson(const std::vector<ranks::PeerLink>& links) {
 }
 
 // Every half second: phase, step and collective progress (Note [Naming a hung rank] in
-// server/health.h). Runs until `done`.
-void ReportProgress(Reporter* reporter, const trainer::Progress* progress,
-                    const dist::ProcessGroup* group, const std::atomic<bool>* done) {
+// server/health.h), and for an elastic job whether the rank left its group (rank_regroup.h).
+// Runs until `done`; `current` says which group to watch at each report.
+void ReportProgress(Reporter* reporter, const trainer::Progress* progress, const RankGroup* current,
+                    const std::atomic<bool>* done) {
   int64_t last_done = -1;
+  const dist::ProcessGroup* last_group = nullptr;
   auto done_changed = SteadyClock::now();
   ranks::LinkMonitor links;
   while (!done->load()) {
     const auto now = SteadyClock::now();
+    const std::shared_ptr<dist::ProcessGroup> group = current->group();
     const int64_t issued = group ? group->collectives_issued() : 0;
     const int64_t finished = group ? group->collectives_done() : 0;
-    if (finished != last_done) {
+    if (finished != last_done || group.get() != last_group) {
       last_done = finished;
+      last_group = group.get();
       done_changed = now;
     }
     const int64_t now_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+    std::string why;
+    const bool regrouping = current->regrouping(&why);
     reporter->Send(Json::Object(
         {{"type", "status"},
          {"step", progress->step.load()},
@@ -98,14 +106,17 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress,
          {"done", finished},
          {"collective_age_ms",
           std::chrono::duration_cast<std::chrono::milliseconds>(now - done_changed).count()},
-         {"links", LinksJson(group ? links.Sample() : std::vector<ranks::PeerLink>{})}}));
+         {"links", LinksJson(group ? links.Sample() : std::vector<ranks::PeerLink>{})},
+         {"attempt", static_cast<int64_t>(current->place().attempt)},
+         {"regrouping", regrouping},
+         {"group_error", why}}));
     for (int i = 0; i < 10 && !done->load(); ++i) std::this_thread::sleep_for(50ms);
   }
 }
 
 struct Place {
   std::string coordinator, job_id, secret, spec_path, host;
-  int attempt = 0, rank = 0, world_size = 1, report_fd = -1, slot = 0;
+  int attempt = 0, rank = 0, world_size = 1, report_fd = -1, slot = 0, command_fd = -1;
 };
 
 constexpr const char* kByHand = " (trainyard-worker sets it; a rank is not run by hand)";
@@ -132,6 +143,9 @@ StatusOr<Place> ReadPlace() {
   ASSIGN_OR_RETURN(p.world_size, IntEnv(ranks::kWorldSizeEnv, 1, spec::kMaxWorldSize));
   ASSIGN_OR_RETURN(p.rank, IntEnv(ranks::kRankEnv, 0, p.world_size - 1));
   ASSIGN_OR_RETURN(p.report_fd, IntEnv(ranks::kReportFdEnv, -1, 1 << 20));
+  if (!Env(ranks::kCommandFdEnv).empty()) {
+    ASSIGN_OR_RETURN(p.command_fd, IntEnv(ranks::kCommandFdEnv, -1, 1 << 20));
+  }
   if (!Env(ranks::kSlotEnv).empty()) {
     ASSIGN_OR_RETURN(p.slot, IntEnv(ranks::kSlotEnv, 0, 4095));
   }
@@ -164,6 +178,26 @@ bool IsJobError(const Status& s) {
          s.code() == StatusCode::kFailedPrecondition;
 }
 
+// Elastic jobs (rank_regroup.h): leaves the group, waits for the daemon's regroup and joins
+// the next group as TrainerOptions::regroup.
+StatusOr<trainer::TrainerOptions::NextGroup> Regroup(RankGroup& current, const Place& place,
+                                                     const spec::JobSpec& spec, const Status& why) {
+  ASSIGN_OR_RETURN(GroupPlace next, current.Leave(why));
+  Place p = place;
+  p.attempt = next.attempt;
+  p.secret = next.secret;
+  p.rank = next.rank;
+  p.world_size = next.world_size;
+  StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = Join(p, spec);
+  if (!joined.ok()) {
+    return Status(joined.status().code(),
+                  "rank " + std::to_string(p.rank) + ": joining the group of attempt " +
+                      std::to_string(p.attempt) + ": " + std::string(joined.status().message()));
+  }
+  current.Joined(next, *joined);
+  return trainer::TrainerOptions::NextGroup{*std::move(joined), next.attempt};
+}
+
 }  // namespace
 
 int RunRank() {
@@ -172,7 +206,10 @@ int RunRank() {
   if (!place.ok()) return Fail(std::string(place.status().message()), 2);
   StatusOr<spec::JobSpec> spec = ReadSpec(place->spec_path);
   if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
-  spec->parallelism.world_size = place->world_size;
+  // An elastic job's world_size is the nominal one that sets the global batch; its group's
+  // size is the actual one.
+  const bool elastic = spec::IsElastic(spec->parallelism);
+  if (!elastic) spec->parallelism.world_size = place->world_size;
   if (spec->device == "cuda") {
     // This rank's GPU becomes its only visible device, cuda:0 (before anything starts CUDA).
     const std::string visible = VisibleDeviceFor(place->slot, std::getenv("CUDA_VISIBLE_DEVICES"));
@@ -183,17 +220,21 @@ int RunRank() {
   progress.Set(trainer::Phase::kStarting);
   ScopedStopSignals signals(OnSignal);
 
-  std::shared_ptr<dist::ProcessGroup> group;
+  // How long a rank that left its group waits for the coordinator's regroup.
+  const auto regroup_wait = std::chrono::milliseconds(static_cast<int64_t>(
+      1000 * std::max(60.0, 2 * spec->parallelism.collective_timeout_seconds)));
+  RankGroup current({place->attempt, place->secret, place->rank, place->world_size},
+                    elastic ? place->command_fd : -1, regroup_wait);
   std::atomic<bool> done{false};
-  std::thread progress_thread;
+  // Reports start before the rendezvous, so a rank stuck there is seen too.
+  std::thread progress_thread([&] { ReportProgress(&reporter, &progress, &current, &done); });
   auto finish = [&](int code) {
     done = true;
     if (progress_thread.joinable()) progress_thread.join();
     return code;
   };
-  // Reports start before the rendezvous, so a rank stuck there is seen too.
-  progress_thread = std::thread([&] { ReportProgress(&reporter, &progress, nullptr, &done); });
-  if (place->world_size > 1) {
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (place->world_size > 1 || elastic) {
     StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = Join(*place, *spec);
     if (!joined.ok()) {
       return finish(Fail("rank " + std::to_string(place->rank) +
@@ -201,20 +242,20 @@ int RunRank() {
                          1));
     }
     group = *std::move(joined);
-    done = true;
-    progress_thread.join();
-    done = false;
-    progress_thread =
-        std::thread([&] { ReportProgress(&reporter, &progress, group.get(), &done); });
+    current.SetGroup(group);
   }
 
   trainer::TrainerOptions options;
   options.stop = &g_stop;
-  options.process_group = group;
+  options.process_group = std::move(group);  // current holds it too (the reporter's view)
   options.progress = &progress;
   options.run_uid = Env(ranks::kJobUidEnv);
   options.job = Env(ranks::kJobEnv);
   options.attempt = place->attempt;  // the checkpoint fence's epoch
+  if (elastic) {
+    options.regroup_requested = current.requested();
+    options.regroup = [&](const Status& why) { return Regroup(current, *place, *spec, why); };
+  }
   options.on_step = [&](const trainer::StepMetrics& m) {
     reporter.Send(trainer::StepMetricsJson(m));
   };
