@@ -475,7 +475,7 @@ TEST(JobSpecTest, ParallelismAppearsInToJsonWithItsDefaults) {
   EXPECT_EQ(*p->Find("bucket_size_mb"), Json(25.0));
   EXPECT_EQ(*p->Find("collective_timeout_seconds"), Json(600.0));
   EXPECT_EQ(*p->Find("grad_compression"), Json("none"));
-  EXPECT_EQ(p->size(), 12u);
+  EXPECT_EQ(p->size(), 14u);
   StatusOr<JobSpec> back = ParseJobSpec(out);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(ToJson(*back), out);
