@@ -39,6 +39,26 @@ std::string Plural(size_t n, const std::string& word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
+// The Regroup of one worker's members from attempt `from` to from + 1: (old rank, new rank).
+WorkerCommand RegroupCommand(const std::string& job, int from, const std::string& secret,
+                             int world_size, bool at_step_boundary,
+                             const std::vector<std::pair<int, int>>& remaps) {
+  WorkerCommand c;
+  trainyard::v1::Regroup& g = *c.mutable_regroup();
+  g.set_job_id(job);
+  g.set_from_attempt(from);
+  g.set_attempt(from + 1);
+  g.set_secret(secret);
+  g.set_world_size(world_size);
+  g.set_at_step_boundary(at_step_boundary);
+  for (const auto& [old, rank] : remaps) {
+    trainyard::v1::RankRemap* remap = g.add_ranks();
+    remap->set_from_rank(old);
+    remap->set_rank(rank);
+  }
+  return c;
+}
+
 }  // namespace
 
 bool Coordinator::Elastic(const Entry& e) const {
@@ -97,20 +117,8 @@ bool Coordinator::Regroup(Entry& e, const std::vector<int>& members,
   // Committed before any worker hears of the new attempt (as StartAttempt).
   (void)Transition(e, trainyard::v1::RUNNING, reason);
   for (const auto& [worker, pairs] : remaps) {
-    WorkerCommand c;
-    trainyard::v1::Regroup& g = *c.mutable_regroup();
-    g.set_job_id(e.job.id());
-    g.set_from_attempt(from);
-    g.set_attempt(from + 1);
-    g.set_secret(secret);
-    g.set_world_size(static_cast<int>(m));
-    g.set_at_step_boundary(at_step_boundary);
-    for (const auto& [old, rank] : pairs) {
-      trainyard::v1::RankRemap* remap = g.add_ranks();
-      remap->set_from_rank(old);
-      remap->set_rank(rank);
-    }
-    Send(worker, std::move(c));
+    Send(worker,
+         RegroupCommand(e.job.id(), from, secret, static_cast<int>(m), at_step_boundary, pairs));
   }
   for (const std::string& worker : new_workers) ResendAssignment(e, worker);
   for (const std::string& worker : stop) {
