@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -107,7 +108,7 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress, const
          {"collective_age_ms",
           std::chrono::duration_cast<std::chrono::milliseconds>(now - done_changed).count()},
          {"links", LinksJson(group ? links.Sample() : std::vector<ranks::PeerLink>{})},
-         {"attempt", static_cast<int64_t>(current->place().attempt)},
+         {"attempt", static_cast<int64_t>(current->group_attempt())},
          {"regrouping", regrouping},
          {"group_error", why}}));
     for (int i = 0; i < 10 && !done->load(); ++i) std::this_thread::sleep_for(50ms);
@@ -178,24 +179,71 @@ bool IsJobError(const Status& s) {
          s.code() == StatusCode::kFailedPrecondition;
 }
 
-// Elastic jobs (rank_regroup.h): leaves the group, waits for the daemon's regroup and joins
-// the next group as TrainerOptions::regroup.
+// A join of an elastic rank's group, on a thread of its own (JoinUnlessSuperseded).
+struct PendingJoin {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  StatusOr<std::shared_ptr<dist::ProcessGroup>> result = UnavailableError("not joined yet");
+};
+
+// Joins p's group, unless a regroup to a later attempt arrives first (a member was lost while
+// the group formed: the join may wait for it until its timeout): then Aborted, and the join
+// goes on alone on its thread, which drops what it gets.
+StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinUnlessSuperseded(const RankGroup& current,
+                                                                   const Place& p,
+                                                                   const spec::JobSpec& spec) {
+  auto join = std::make_shared<PendingJoin>();
+  std::thread([join, p, spec] {
+    StatusOr<std::shared_ptr<dist::ProcessGroup>> group = Join(p, spec);
+    std::lock_guard<std::mutex> lock(join->mu);
+    join->result = std::move(group);
+    join->done = true;
+    join->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(join->mu);
+  while (!join->cv.wait_for(lock, 100ms, [&] { return join->done; })) {
+    if (current.Superseded(p.attempt)) {
+      return AbortedError("a later regroup superseded it while it formed");
+    }
+  }
+  return std::move(join->result);
+}
+
+// Elastic jobs (rank_regroup.h): joins the group of `next`. When that fails (a later regroup
+// superseded it: a member was lost while the group formed; or it timed out), reports
+// `regrouping` from that attempt's group, waits for the coordinator's later regroup and joins
+// that one instead, 8 tries at most.
+StatusOr<GroupPlace> JoinFrom(RankGroup& current, const Place& place, const spec::JobSpec& spec,
+                              GroupPlace next) {
+  for (int tries = 1;; ++tries) {
+    Place p = place;
+    p.attempt = next.attempt;
+    p.secret = next.secret;
+    p.rank = next.rank;
+    p.world_size = next.world_size;
+    StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = JoinUnlessSuperseded(current, p, spec);
+    if (joined.ok()) {
+      current.Joined(next, *std::move(joined));
+      return next;
+    }
+    const Status failed(joined.status().code(), "rank " + std::to_string(p.rank) +
+                                                    ": joining the group of attempt " +
+                                                    std::to_string(p.attempt) + ": " +
+                                                    std::string(joined.status().message()));
+    if (tries == 8) return failed;
+    std::fprintf(stderr, "%s; waiting for the next regroup\n",
+                 std::string(failed.message()).c_str());
+    ASSIGN_OR_RETURN(next, current.Leave(failed, next.attempt));
+  }
+}
+
+// TrainerOptions::regroup: leaves the group, waits for the daemon's regroup and joins it.
 StatusOr<trainer::TrainerOptions::NextGroup> Regroup(RankGroup& current, const Place& place,
                                                      const spec::JobSpec& spec, const Status& why) {
   ASSIGN_OR_RETURN(GroupPlace next, current.Leave(why));
-  Place p = place;
-  p.attempt = next.attempt;
-  p.secret = next.secret;
-  p.rank = next.rank;
-  p.world_size = next.world_size;
-  StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = Join(p, spec);
-  if (!joined.ok()) {
-    return Status(joined.status().code(),
-                  "rank " + std::to_string(p.rank) + ": joining the group of attempt " +
-                      std::to_string(p.attempt) + ": " + std::string(joined.status().message()));
-  }
-  current.Joined(next, *joined);
-  return trainer::TrainerOptions::NextGroup{*std::move(joined), next.attempt};
+  ASSIGN_OR_RETURN(GroupPlace joined, JoinFrom(current, place, spec, std::move(next)));
+  return trainer::TrainerOptions::NextGroup{current.group(), joined.attempt};
 }
 
 }  // namespace
@@ -234,7 +282,12 @@ int RunRank() {
     return code;
   };
   std::shared_ptr<dist::ProcessGroup> group;
-  if (place->world_size > 1 || elastic) {
+  if (elastic) {
+    // A regroup may supersede the first group while it forms: JoinFrom follows it.
+    StatusOr<GroupPlace> joined = JoinFrom(current, *place, *spec, current.place());
+    if (!joined.ok()) return finish(Fail(std::string(joined.status().message()), 1));
+    group = current.group();
+  } else if (place->world_size > 1) {
     StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = Join(*place, *spec);
     if (!joined.ok()) {
       return finish(Fail("rank " + std::to_string(place->rank) +
@@ -251,7 +304,7 @@ int RunRank() {
   options.progress = &progress;
   options.run_uid = Env(ranks::kJobUidEnv);
   options.job = Env(ranks::kJobEnv);
-  options.attempt = place->attempt;  // the checkpoint fence's epoch
+  options.attempt = current.place().attempt;  // the checkpoint fence's epoch
   if (elastic) {
     options.regroup_requested = current.requested();
     options.regroup = [&](const Status& why) { return Regroup(current, *place, *spec, why); };

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
@@ -33,6 +34,16 @@ void RankGroup::SetGroup(std::shared_ptr<dist::ProcessGroup> group) {
 GroupPlace RankGroup::place() const {
   std::lock_guard<std::mutex> lock(mu_);
   return place_;
+}
+
+int RankGroup::group_attempt() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return regrouping_ ? left_ : place_.attempt;
+}
+
+bool RankGroup::Superseded(int attempt) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.has_value() && pending_->attempt > attempt;
 }
 
 bool RankGroup::regrouping(std::string* why) const {
@@ -101,13 +112,15 @@ void RankGroup::OnCommand(const std::string& line) {
   }
 }
 
-StatusOr<GroupPlace> RankGroup::Leave(const Status& why) {
+StatusOr<GroupPlace> RankGroup::Leave(const Status& why, int after) {
   std::unique_lock<std::mutex> lock(mu_);
   regrouping_ = true;
   why_ = why.ok() ? "" : std::string(why.message());
   const int from = place_.attempt;
-  const bool got = cv_.wait_for(
-      lock, wait_, [&] { return pending_.has_value() && pending_->attempt > place_.attempt; });
+  left_ = std::max(place_.attempt, after);
+  const bool got = cv_.wait_for(lock, wait_, [&] {
+    return pending_.has_value() && pending_->attempt > std::max(place_.attempt, after);
+  });
   if (!got) {
     return DeadlineExceededError(
         "rank " + std::to_string(place_.rank) + " of attempt " + std::to_string(from) + " waited " +

@@ -50,13 +50,19 @@ class RankGroup {
   const std::atomic<bool>* requested() const { return &requested_; }
 
   // This rank left its group because of `why` (OK: asked to): reports `regrouping` and waits
-  // for a pending regroup to a later attempt. DeadlineExceeded naming what it waited for.
-  StatusOr<GroupPlace> Leave(const Status& why);
+  // for a pending regroup to an attempt later than the current one and than `after` (a regroup
+  // whose group could not be joined). DeadlineExceeded naming what it waited for.
+  StatusOr<GroupPlace> Leave(const Status& why, int after = 0);
   // The rank joined `group` at `place`: `regrouping` clears, the old group is retired.
   void Joined(GroupPlace place, std::shared_ptr<dist::ProcessGroup> group);
 
-  // For status lines: whether the rank left the group of attempt place().attempt, and why.
+  // For status lines: whether the rank left its group, and why; the attempt of that group
+  // (place().attempt, or a later one it could not join), else of the group it is in.
   bool regrouping(std::string* why) const;
+  int group_attempt() const;
+  // Whether a regroup to an attempt later than `attempt` is pending (a join of `attempt` is
+  // then pointless).
+  bool Superseded(int attempt) const;
 
   // One command line (the reader thread's work; public for tests).
   void OnCommand(const std::string& line);
@@ -74,6 +80,7 @@ class RankGroup {
   std::shared_ptr<dist::ProcessGroup> group_;
   std::optional<GroupPlace> pending_;
   bool regrouping_ = false;
+  int left_ = 0;  // the attempt whose group it left (Leave)
   std::string why_;
   std::thread reader_;
 };
