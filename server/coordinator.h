@@ -244,8 +244,10 @@ class Coordinator {
   void Send(const std::string& worker, trainyard::v1::WorkerCommand command);
   // Refuses a report of an attempt that is not e's current one (ReportMetrics).
   Status RefuseStaleReport(Entry& e, const trainyard::v1::MetricsReport& report);
-  // ReportMetrics of a step of e's current attempt, from rank `r`.
-  Status OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step);
+  // ReportMetrics of a step of e's current attempt, from rank `r`; `late`: of the attempt a
+  // regroup just ended (LateStepOfRegroup), only published.
+  Status OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step,
+                      bool late = false);
   // Runs worker `name`'s commands wake, if any; `drop` removes it after (its stream ends).
   void WakeWorker(const std::string& name, bool drop);
   void OnRankStatus(const std::string& worker, const trainyard::v1::RankStatus& s);
@@ -271,6 +273,10 @@ class Coordinator {
                std::vector<trainyard::v1::RankPlacement> added, const std::string& why);
   // A rank's failure (a lost worker, an exit, a hang): the others regroup, or false.
   bool RegroupWithout(Entry& e, int rank, const std::string& why);
+  // A step the members finished in the attempt a regroup just ended, reported once it had
+  // (ReportMetrics): the rank's number in the current attempt when the report is of a later
+  // step than the job's last and its rank is a member; -1: a stale report, refused.
+  int LateStepOfRegroup(const Entry& e, const trainyard::v1::MetricsReport& report) const;
   void OnRegroupingReport(Entry& e);  // a rank reported `regrouping`: opens the quorum window
   void CheckRegroup(Entry& e);        // closes it: the ranks that reported regroup
   void MaybeGrow(Entry& e);           // free slots: new ranks join at a step boundary

@@ -148,7 +148,13 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
   if (e == nullptr) {
     return NotFoundError("metrics report of job " + report.job_id() + ": no such job");
   }
-  if (report.attempt() != e->job.attempts_size()) return RefuseStaleReport(*e, report);
+  if (report.attempt() != e->job.attempts_size()) {
+    const int late = LateStepOfRegroup(*e, report);  // the rank's number now
+    if (late < 0) return RefuseStaleReport(*e, report);
+    trainyard::v1::StepMetrics m = report.step();
+    m.set_rank(late);
+    return late == 0 ? OnStepReport(*e, e->ranks[0], m, /*late=*/true) : OkStatus();
+  }
   // A report speaks for one rank (evaluations and checkpoints for rank 0), which must run on
   // the worker that sent it: a worker cannot report for another's ranks.
   const int rank = report.has_step() ? report.step().rank() : 0;
@@ -201,20 +207,23 @@ Status Coordinator::RefuseStaleReport(Entry& e, const trainyard::v1::MetricsRepo
   return FailedPreconditionError(why);
 }
 
-Status Coordinator::OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step) {
+Status Coordinator::OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step,
+                                 bool late) {
   if (!ActiveAttempt(e)) return OkStatus();
   trainyard::v1::StepMetrics m = step;
-  r.last_step = m;
-  e.stepped = true;
-  // A rank that reports a step has started, whatever its worker's next heartbeat says.
-  if (!r.reported) {
-    r.reported = true;
-    r.received = clock_->Now();
-    MaybeRunning(e);
+  if (!late) {
+    r.last_step = m;
+    e.stepped = true;
+    // A rank that reports a step has started, whatever its worker's next heartbeat says.
+    if (!r.reported) {
+      r.reported = true;
+      r.received = clock_->Now();
+      MaybeRunning(e);
+    }
+    // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
+    e.stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() + m.backward_seconds() +
+                                        m.optimizer_seconds());
   }
-  // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
-  e.stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() + m.backward_seconds() +
-                                      m.optimizer_seconds());
   if (m.rank() != 0) return OkStatus();
   const auto now = clock_->Now();
   if (e.last_step_at != Clock::TimePoint{} && m.step() > e.job.last_step().step()) {

@@ -131,6 +131,23 @@ bool Coordinator::Regroup(Entry& e, const std::vector<int>& members,
   return true;
 }
 
+int Coordinator::LateStepOfRegroup(const Entry& e,
+                                   const trainyard::v1::MetricsReport& report) const {
+  const int current = e.job.attempts_size();
+  if (!report.has_step() || report.attempt() != current - 1 || current < 2 || !Elastic(e) ||
+      !e.job.attempts(current - 1).regrouped() ||
+      report.step().step() <= e.job.last_step().step()) {
+    return -1;
+  }
+  for (const RankPlacement& old : e.job.attempts(current - 2).ranks()) {
+    if (old.rank() != report.step().rank() || old.worker() != report.worker()) continue;
+    for (const auto& [rank, r] : e.ranks) {
+      if (r.placement.worker() == old.worker() && r.placement.slot() == old.slot()) return rank;
+    }
+  }
+  return -1;
+}
+
 void Coordinator::OnRegroupingReport(Entry& e) {
   if (!Elastic(e) || e.regroup_deadline != Clock::TimePoint{}) return;
   const std::chrono::milliseconds window =

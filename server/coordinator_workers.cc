@@ -62,21 +62,29 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     Entry& e = *jobs_[id];
     if (e.ranks.empty() || (!ActiveAttempt(e) && !e.stopping)) continue;
     const int attempt = e.job.attempts_size();
+    std::string gone;  // why the attempt lost a rank (the first one missing)
     for (auto& [rank, r] : e.ranks) {
       if (r.placement.worker() != req.name() || r.status.exited()) continue;
       if (reported.count({id, attempt, rank})) continue;
-      if (e.job.state() == trainyard::v1::SCHEDULED && !r.reported) {
-        // Never started: the assignment was lost with a stream; send it again.
+      if (!r.reported && (e.job.state() == trainyard::v1::SCHEDULED || Elastic(e))) {
+        // Never started: the assignment was lost with a stream; send it again. (An elastic
+        // job's rank of a regroup that its worker lost starts afresh and takes its state from
+        // the live members.)
         ResendAssignment(e, req.name());
         break;
       }
       // Exited before the abort: no worker will report its exit, and its slot is free.
       r.status.set_exited(true);
-      if (ActiveAttempt(e)) {
-        AbortAttempt(e, "worker " + req.name() + " (" + req.host() + ") came back without " +
-                            RankName(r.placement) + " of attempt " + std::to_string(attempt));
+      if (gone.empty()) {
+        gone = "worker " + req.name() + " (" + req.host() + ") came back without " +
+               RankName(r.placement) + " of attempt " + std::to_string(attempt);
       }
     }
+    // An elastic job's other ranks regroup (coordinator_elastic.cc); else the attempt ends.
+    if (gone.empty() || !ActiveAttempt(e) || (Elastic(e) && Regroup(e, LiveRanks(e), {}, gone))) {
+      continue;
+    }
+    AbortAttempt(e, gone);
   }
   for (const auto& s : req.ranks()) OnRankStatus(req.name(), s);
   trainyard::v1::RegisterWorkerResponse out;

@@ -328,22 +328,35 @@ TEST_F(CoordinatorElasticTest, ARegroupedJobSucceedsWhenItsRanksExitZeroAtTheLas
   EXPECT_EQ(Get(id).restarts(), 0);
 }
 
-TEST_F(CoordinatorElasticTest, ReportsOfTheAttemptBeforeARegroupAreRefused) {
-  const std::string id = Start(3);
+// Stale reports are refused, but for a member's step that the old group finished after the
+// regroup was decided (a later step than the job's last): it is the job's next step.
+TEST_F(CoordinatorElasticTest, ReportsOfTheAttemptBeforeARegroupAreRefusedButAMembersLaterStep) {
+  const std::string id = Start(3);  // rank 0 reported step 4
   Heartbeat("w1", {Exited(id, 1, 1, 137, 4)});
   ExpectRegrouped(id, 2, 2, 1);
   trainyard::v1::MetricsReport old;
   old.set_job_id(id);
   old.set_attempt(1);
   old.set_worker("w0");
-  old.mutable_step()->set_step(5);
+  old.mutable_step()->set_step(4);
   const Status refused = c().ReportMetrics(old);
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.message()),
               HasSubstr("attempt 1 is over; the job is at attempt 2"));
+
+  old.mutable_step()->set_step(5);
+  EXPECT_TRUE(c().ReportMetrics(old).ok()) << "rank 0 of attempt 1 is rank 0 of attempt 2";
+  EXPECT_EQ(Get(id).last_step().step(), 5);
+  trainyard::v1::MetricsReport lost = old;
+  lost.set_worker("w1");
+  lost.mutable_step()->set_rank(1);
+  lost.mutable_step()->set_step(6);
+  EXPECT_EQ(c().ReportMetrics(lost).code(), StatusCode::kFailedPrecondition) << "not a member";
   trainyard::v1::MetricsReport current = old;
   current.set_attempt(2);
+  current.mutable_step()->set_step(6);
   EXPECT_TRUE(c().ReportMetrics(current).ok());
+  EXPECT_EQ(Get(id).last_step().step(), 6);
 }
 
 TEST_F(CoordinatorElasticTest, AJobThatIsNotElasticStillRestarts) {
