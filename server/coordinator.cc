@@ -250,7 +250,7 @@ void Coordinator::Tick() {
     Entry& e = *jobs_[id];
     if (IsFinal(e.job.state()) && !e.stopping) continue;
     CheckLiveness(e);
-    CheckHang(e);
+    if (!RegroupForming(e)) CheckHang(e);  // Note [Regroups]
     CheckStragglers(e);
     CheckRegroup(e);
     CheckStopped(e);

@@ -280,6 +280,9 @@ class Coordinator {
   void OnRegroupingReport(Entry& e);  // a rank reported `regrouping`: opens the quorum window
   void CheckRegroup(Entry& e);        // closes it: the ranks that reported regroup
   void MaybeGrow(Entry& e);           // free slots: new ranks join at a step boundary
+  // A regrouped attempt some of whose ranks have not reported yet: their last reports speak of
+  // the old group, so no hang verdict until they do.
+  bool RegroupForming(const Entry& e) const;
   // Records the round trips rank `r` measured to other hosts of its job (Note [Slow links]).
   void AddLinks(Entry& e, const RankRuntime& r);
   void EmitSlowLink(Entry& e, const SlowLinkDetector::Change& c);
@@ -305,6 +308,10 @@ class Coordinator {
   std::map<std::string, CommandsWake> wakes_;  // by worker name (SetCommandsWake)
   int64_t next_job_number_ = 1;
   int64_t stale_reports_ = 0;  // Snapshot::stale_reports
+  // Workers whose ranks a regroup left out (lost, silent, failed), until when elastic jobs do
+  // not grow onto them: one that died is not declared lost before the heartbeat timeout.
+  // Registering again clears it.
+  std::map<std::string, Clock::TimePoint> suspect_;
 };
 
 // Adds a refused report's reason (ReportMetrics' FailedPrecondition) to a ReportMetrics

@@ -103,9 +103,10 @@ bool Coordinator::Regroup(Entry& e, const std::vector<int>& members,
   std::set<std::string> stop;
   for (const auto& [rank, r] : e.ranks) {
     const bool member = std::find(members.begin(), members.end(), rank) != members.end();
-    if (!member && !r.status.exited() && !remaps.count(r.placement.worker())) {
+    if (member) continue;
+    suspect_[r.placement.worker()] = clock_->Now() + options_.heartbeat_timeout;
+    if (!r.status.exited() && !remaps.count(r.placement.worker()))
       stop.insert(r.placement.worker());
-    }
   }
   const std::string reason = "regrouped into attempt " + std::to_string(from + 1) + " with " +
                              Plural(m, "rank") + ": " + why;
@@ -146,6 +147,14 @@ int Coordinator::LateStepOfRegroup(const Entry& e,
     }
   }
   return -1;
+}
+
+bool Coordinator::RegroupForming(const Entry& e) const {
+  if (e.job.attempts_size() == 0 || !e.job.attempts(e.job.attempts_size() - 1).regrouped()) {
+    return false;
+  }
+  return std::any_of(e.ranks.begin(), e.ranks.end(),
+                     [](const auto& kv) { return !kv.second.reported; });
 }
 
 void Coordinator::OnRegroupingReport(Entry& e) {
@@ -196,7 +205,14 @@ void Coordinator::MaybeGrow(Entry& e) {
   GangRequest more = e.gang;
   more.world_size = most - m;
   more.min_world_size = 1;
-  std::optional<std::vector<RankPlacement>> added = PlaceGang(more, FreeCapacity(e.gang.gpu));
+  std::vector<WorkerCapacity> free = FreeCapacity(e.gang.gpu);
+  free.erase(std::remove_if(free.begin(), free.end(),
+                            [&](const WorkerCapacity& w) {
+                              auto it = suspect_.find(w.name);
+                              return it != suspect_.end() && clock_->Now() < it->second;
+                            }),
+             free.end());
+  std::optional<std::vector<RankPlacement>> added = PlaceGang(more, free);
   if (!added) return;
   std::set<std::string> workers;
   for (const RankPlacement& p : *added) workers.insert(p.worker());

@@ -49,6 +49,7 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   info.set_metrics_address(req.metrics_address());
   info.set_memory_bytes(req.memory_bytes());
   registry_.Register(info);
+  suspect_.erase(req.name());  // Note [Regroups]
   outbox_[req.name()].clear();
   WakeWorker(req.name(), /*drop=*/true);  // an older stream of this worker ends
   TY_LOG(INFO) << "worker " << req.name() << " (" << req.host()

@@ -305,6 +305,42 @@ TEST_F(CoordinatorElasticTest, GrowsIntoAWorkerThatRegistersAtAStepBoundary) {
   EXPECT_EQ(Get(id).attempts_size(), 2) << "at max_world_size: no more growing";
 }
 
+// A worker that a regroup left out may be dead yet not declared lost: no growing onto it
+// until it registers again (or the heartbeat timeout passes).
+TEST_F(CoordinatorElasticTest, DoesNotGrowOntoTheWorkerOfARankLeftOutUntilItRegistersAgain) {
+  const std::string id = Start(3);
+  Heartbeat("w0", {Regrouping(id, 1, 0)});
+  Heartbeat("w2", {Regrouping(id, 1, 2)});
+  clock_.Advance(2100ms);
+  c().Tick();
+  ExpectRegrouped(id, 2, 2, 1);
+  ReportAll(id, 5);
+  c().Tick();
+  EXPECT_EQ(Get(id).attempts_size(), 2) << "w1 is free but suspect";
+  Register("w1");
+  c().Tick();
+  ExpectRegrouped(id, 3, 3, 2);
+}
+
+// A worker that registers again without a rank the grow gave it (the assignment was lost
+// with its stream) gets the assignment again; one without a running member regroups.
+TEST_F(CoordinatorElasticTest, AWorkerBackWithoutItsRanksGetsTheAssignmentOrIsRegroupedAround) {
+  const std::string id = Start(2);
+  Register("w2");
+  c().Tick();
+  ExpectRegrouped(id, 2, 3, 1);
+  Commands("w2");
+  Register("w2");  // the Assignment was lost with the stream
+  const WorkerCommand again = OnlyCommand("w2");
+  ASSERT_TRUE(again.has_assign()) << again.DebugString();
+  EXPECT_EQ(again.assign().attempt(), 2);
+
+  ReportAll(id, 6);  // every rank of attempt 2 runs
+  Register("w1");    // its daemon restarted: rank 1 is gone
+  ExpectRegrouped(id, 3, 2, 2);
+  EXPECT_THAT(Get(id).reason(), HasSubstr("worker w1 (w1.host) came back without rank 1"));
+}
+
 TEST_F(CoordinatorElasticTest, DoesNotGrowBeforeAStepOfTheAttempt) {
   const std::string id = Start(3);
   LoseWorker("w1", 3);
