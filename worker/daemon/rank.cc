@@ -86,7 +86,10 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress, const
   ranks::LinkMonitor links;
   while (!done->load()) {
     const auto now = SteadyClock::now();
-    const std::shared_ptr<dist::ProcessGroup> group = current->group();
+    std::string why;
+    const bool regrouping = current->regrouping(&why);
+    // Between groups a rank waits in no collective (Note [Naming a hung rank]).
+    const std::shared_ptr<dist::ProcessGroup> group = regrouping ? nullptr : current->group();
     const int64_t issued = group ? group->collectives_issued() : 0;
     const int64_t finished = group ? group->collectives_done() : 0;
     if (finished != last_done || group.get() != last_group) {
@@ -96,8 +99,6 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress, const
     }
     const int64_t now_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
-    std::string why;
-    const bool regrouping = current->regrouping(&why);
     reporter->Send(Json::Object(
         {{"type", "status"},
          {"step", progress->step.load()},

@@ -133,6 +133,9 @@ void RankSupervisor::Regroup(const trainyard::v1::Regroup& g) {
     r.status.set_rank(rank);
     r.status.set_regrouping(false);  // until it says it left the new group
     r.status.clear_group_error();
+    r.status.set_collectives_issued(0);  // none yet in the new group
+    r.status.set_collectives_done(0);
+    r.collective_since = SteadyClock::now();
     const bool told =
         r.process->SendCommand(Json::Object({{"type", "regroup"},
                                              {"attempt", static_cast<int64_t>(g.attempt())},
@@ -177,14 +180,15 @@ void RankSupervisor::OnReport(Rank& r, const std::string& line) {
   r.status.set_step(num("step"));
   const Json* phase = json->Find("phase");
   if (phase && phase->is_string()) r.status.set_phase(phase->string_value());
-  r.status.set_collectives_issued(num("issued"));
-  r.status.set_collectives_done(num("done"));
-  // Elastic jobs: a rank regrouping from this attempt's group (not one it already left).
+  // Elastic jobs: a line about the group of an earlier attempt (a rank rekeyed by Regroup that
+  // has not left it yet) says nothing of this attempt's collectives, nor that it regroups.
   const Json* regrouping = json->Find("regrouping");
   const Json* group_attempt = json->Find("attempt");
   const bool left = regrouping && regrouping->is_bool() && regrouping->bool_value();
   const bool of_this = !group_attempt || !group_attempt->is_integer() ||
                        group_attempt->int_value() >= r.status.attempt();
+  r.status.set_collectives_issued(of_this ? num("issued") : 0);
+  r.status.set_collectives_done(of_this ? num("done") : 0);
   r.status.set_regrouping(left && of_this);
   const Json* why = json->Find("group_error");
   r.status.set_group_error(left && of_this && why && why->is_string() ? why->string_value() : "");
@@ -200,7 +204,8 @@ void RankSupervisor::OnReport(Rank& r, const std::string& line) {
     }
   }
   r.phase_since = r.last_report - std::chrono::milliseconds(num("phase_age_ms"));
-  r.collective_since = r.last_report - std::chrono::milliseconds(num("collective_age_ms"));
+  r.collective_since =
+      r.last_report - std::chrono::milliseconds(of_this ? num("collective_age_ms") : 0);
 }
 
 void RankSupervisor::OnStderr(Rank& r, const std::string& line) {
