@@ -247,6 +247,23 @@ StatusOr<trainer::TrainerOptions::NextGroup> Regroup(RankGroup& current, const P
   return trainer::TrainerOptions::NextGroup{current.group(), joined.attempt};
 }
 
+// The rank's first group, then in `current` (none for a one-rank job that is not elastic).
+Status JoinFirst(RankGroup& current, const Place& place, const spec::JobSpec& spec, bool elastic) {
+  if (elastic) {
+    // A regroup may supersede the first group while it forms: JoinFrom follows it.
+    return JoinFrom(current, place, spec, current.place()).status();
+  }
+  if (place.world_size == 1) return OkStatus();
+  StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = Join(place, spec);
+  if (!joined.ok()) {
+    return Status(joined.status().code(),
+                  "rank " + std::to_string(place.rank) +
+                      ": joining the group: " + std::string(joined.status().message()));
+  }
+  current.SetGroup(*std::move(joined));
+  return OkStatus();
+}
+
 }  // namespace
 
 int RunRank() {
@@ -282,26 +299,12 @@ int RunRank() {
     if (progress_thread.joinable()) progress_thread.join();
     return code;
   };
-  std::shared_ptr<dist::ProcessGroup> group;
-  if (elastic) {
-    // A regroup may supersede the first group while it forms: JoinFrom follows it.
-    StatusOr<GroupPlace> joined = JoinFrom(current, *place, *spec, current.place());
-    if (!joined.ok()) return finish(Fail(std::string(joined.status().message()), 1));
-    group = current.group();
-  } else if (place->world_size > 1) {
-    StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = Join(*place, *spec);
-    if (!joined.ok()) {
-      return finish(Fail("rank " + std::to_string(place->rank) +
-                             ": joining the group: " + std::string(joined.status().message()),
-                         1));
-    }
-    group = *std::move(joined);
-    current.SetGroup(group);
-  }
+  const Status joined = JoinFirst(current, *place, *spec, elastic);
+  if (!joined.ok()) return finish(Fail(std::string(joined.message()), 1));
 
   trainer::TrainerOptions options;
   options.stop = &g_stop;
-  options.process_group = std::move(group);  // current holds it too (the reporter's view)
+  options.process_group = current.group();  // null: one rank, no group
   options.progress = &progress;
   options.run_uid = Env(ranks::kJobUidEnv);
   options.job = Env(ranks::kJobEnv);
