@@ -31,6 +31,8 @@ constexpr const char* kHelp =
     "  watch JOB            follow a job with a progress bar until it ends\n"
     "  cancel JOB           cancel a job (--checkpoint saves one first)\n"
     "  workers              list the registered workers\n"
+    "  debug JOB            with --collectives: which rank a hung job's ranks wait for,\n"
+    "                       and each rank's collective, phase and step\n"
     "  plot RUN             draw a run's loss (or --metric NAME) against the step as SVG\n"
     "  version              print the version\n"
     "  help                 print this help\n"
@@ -56,13 +58,13 @@ int main(int argc, char** argv) {
   }
 #ifdef TY_HAVE_SERVICE
   if (command == "local") return trainyard::client::RunLocalCommand(args);
-  for (const char* c : {"submit", "list", "describe", "watch", "cancel", "workers"}) {
+  for (const char* c : {"submit", "list", "describe", "watch", "cancel", "workers", "debug"}) {
     if (command == c) return trainyard::client::RunServiceCommand(command, args);
   }
 #endif
   std::fprintf(stderr,
                "trainyard: error: unknown command \"%s\"; commands: train, local, submit, list, "
-               "describe, watch, cancel, workers, plot, version, help\n",
+               "describe, watch, cancel, workers, debug, plot, version, help\n",
                command.c_str());
   return 2;
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "client/debug_command.h"
 #include "client/spec_file.h"
 #include "client/watch_printer.h"
 
@@ -94,6 +95,10 @@ void Describe(const v1::Job& j) {
   for (const v1::Diagnosis& d : j.diagnoses()) {
     std::printf("diagnosis  attempt %d: %s\n", d.attempt(), d.message().c_str());
   }
+  for (const v1::CollectiveReport& r : j.collectives()) {
+    std::printf("collectives attempt %d: %s (trainyard debug %s --collectives)\n", r.attempt(),
+                r.verdict().c_str(), j.id().c_str());
+  }
 }
 
 int Submit(const std::vector<std::string>& args) {
@@ -167,7 +172,7 @@ int List(const std::vector<std::string>& args) {
 int OneJob(const std::string& command, const std::vector<std::string>& args) {
   Flags f(command == "describe"
               ? "usage: trainyard describe JOB [flags]\n\nShows a job: state, attempts, ranks "
-                "and hosts, last metrics, diagnoses.\n\nflags:"
+                "and hosts, last metrics, diagnoses, collective reports.\n\nflags:"
           : command == "watch"
               ? "usage: trainyard watch JOB [flags]\n\nFollows a job to its end with a progress "
                 "bar; exits 0 if it SUCCEEDED, 1 if it FAILED, 3 if CANCELLED.\n\nflags:"
@@ -280,6 +285,7 @@ int RunServiceCommand(const std::string& command, const std::vector<std::string>
   if (command == "submit") return Submit(args);
   if (command == "list") return List(args);
   if (command == "workers") return Workers(args);
+  if (command == "debug") return RunDebugCommand(args);
   return OneJob(command, args);
 }
 

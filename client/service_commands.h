@@ -1,5 +1,6 @@
-// The CLI's service commands: submit, list, describe, watch, cancel and workers talk to a
-// coordinator; local runs one on this machine with its workers (local_command.cc).
+// The CLI's service commands: submit, list, describe, watch, cancel, workers and debug
+// (debug_command.h) talk to a coordinator; local runs one on this machine with its workers
+// (local_command.cc).
 #pragma once
 
 #include <string>

@@ -106,6 +106,8 @@ void WatchPrinter::Print(const v1::JobEvent& e) {
     Line(buf);
   } else if (e.has_diagnosis()) {
     Line((e.diagnosis().kind() == v1::Diagnosis::HANG ? "HANG: " : "") + e.diagnosis().message());
+  } else if (e.has_collectives()) {
+    Line("COLLECTIVES: " + e.collectives().verdict());
   } else if (!e.checkpoint().empty()) {
     Line("checkpoint " + e.checkpoint());
   }

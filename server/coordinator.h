@@ -259,6 +259,9 @@ class Coordinator {
   void CheckStopped(Entry& e);
   void CheckLiveness(Entry& e);
   void CheckHang(Entry& e);
+  // Makes a collective report of `views` (CheckHang's) when a rank waits long, a collective
+  // failed, or `hang` (Note [Collective flight recorder] in collective_report.h).
+  void CheckCollectives(Entry& e, const std::vector<RankView>& views, bool hang);
   void CheckStragglers(Entry& e);
   // Elastic jobs (coordinator_elastic.cc, Note [Regroups]). Whether e regroups instead of
   // aborting: spec::IsElastic, RUNNING and not cancelled.

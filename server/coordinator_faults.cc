@@ -141,6 +141,7 @@ void Coordinator::CheckHang(Entry& e) {
   }
   std::optional<trainyard::v1::Diagnosis> d =
       FindHang(views, e.spec.fault_tolerance.hang_timeout_seconds);
+  CheckCollectives(e, views, d.has_value());
   if (!d) return;
   d->set_attempt(e.job.attempts_size());
   d->set_time_ms(NowMs());

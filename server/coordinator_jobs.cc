@@ -85,6 +85,7 @@ Job Coordinator::ForClient(const Entry& e, bool summary) const {
     job.clear_spec_json();
     job.clear_attempts();
     job.clear_diagnoses();
+    job.clear_collectives();
   }
   return job;
 }

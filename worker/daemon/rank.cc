@@ -16,6 +16,7 @@
 #include "common/json.h"
 #include "common/signals.h"
 #include "proto/rpc.h"
+#include "worker/daemon/flight_report.h"
 #include "worker/daemon/gpus.h"
 #include "worker/daemon/grpc_store.h"
 #include "worker/daemon/rank_regroup.h"
@@ -99,7 +100,7 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress, const
     }
     const int64_t now_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
-    reporter->Send(Json::Object(
+    Json line = Json::Object(
         {{"type", "status"},
          {"step", progress->step.load()},
          {"phase", trainer::PhaseName(static_cast<trainer::Phase>(progress->phase.load()))},
@@ -111,7 +112,9 @@ void ReportProgress(Reporter* reporter, const trainer::Progress* progress, const
          {"links", LinksJson(group ? links.Sample() : std::vector<ranks::PeerLink>{})},
          {"attempt", static_cast<int64_t>(current->group_attempt())},
          {"regrouping", regrouping},
-         {"group_error", why}}));
+         {"group_error", why}});
+    AddFlightRecords(group.get(), now, &line);  // only while a collective is stuck or failed
+    reporter->Send(line);
     for (int i = 0; i < 10 && !done->load(); ++i) std::this_thread::sleep_for(50ms);
   }
 }
@@ -301,6 +304,8 @@ int RunRank() {
   };
   const Status joined = JoinFirst(current, *place, *spec, elastic);
   if (!joined.ok()) return finish(Fail(std::string(joined.message()), 1));
+  // Flight records carry the phase (flight_report.h), in every group the rank joins.
+  if (current.group()) RecordPhases(*current.group(), progress);
 
   trainer::TrainerOptions options;
   options.stop = &g_stop;
@@ -311,7 +316,12 @@ int RunRank() {
   options.attempt = current.place().attempt;  // the checkpoint fence's epoch
   if (elastic) {
     options.regroup_requested = current.requested();
-    options.regroup = [&](const Status& why) { return Regroup(current, *place, *spec, why); };
+    options.regroup = [&](const Status& why) -> StatusOr<trainer::TrainerOptions::NextGroup> {
+      ASSIGN_OR_RETURN(trainer::TrainerOptions::NextGroup next,
+                       Regroup(current, *place, *spec, why));
+      RecordPhases(*next.group, progress);
+      return next;
+    };
   }
   options.on_step = [&](const trainer::StepMetrics& m) {
     reporter.Send(trainer::StepMetricsJson(m));

@@ -13,6 +13,7 @@
 #include "common/durable_file.h"
 #include "common/logging.h"
 #include "kernels/cuda/backend.h"
+#include "worker/daemon/flight_report.h"
 #include "worker/daemon/rank.h"
 #include "worker/dist/nccl_loader.h"
 #include "worker/ranks/env.h"
@@ -203,6 +204,7 @@ void RankSupervisor::OnReport(Rank& r, const std::string& line) {
       out->set_rtt_us(rtt->int_value());
     }
   }
+  ParseFlightRecords(*json, &r.status);
   r.phase_since = r.last_report - std::chrono::milliseconds(num("phase_age_ms"));
   r.collective_since =
       r.last_report - std::chrono::milliseconds(of_this ? num("collective_age_ms") : 0);

@@ -101,6 +101,12 @@ std::string Describe(const Tensor& t) {
   return t.defined() ? std::to_string(t.numel()) + " " + DTypeName(t.dtype()) : "undefined";
 }
 
+// What `t` moves per rank, for the flight recorder (nothing for an undefined tensor).
+CollectiveSize SizeOf(const Tensor& t, int64_t bytes) {
+  if (!t.defined()) return {};
+  return {t.numel(), DTypeName(t.dtype()), bytes};
+}
+
 }  // namespace
 
 namespace internal {
@@ -170,7 +176,7 @@ void GlooProcessGroup::Abort(const Status& why) {
 // ---- The queue ----
 
 std::shared_ptr<Work> GlooProcessGroup::Enqueue(const std::string& what, const std::string& detail,
-                                                int64_t bytes, Peers peers, Status error,
+                                                CollectiveSize size, Peers peers, Status error,
                                                 std::function<void(uint32_t, KeepAlive&)> run) {
   const std::string suffix = detail.empty() ? "" : " (" + detail + ")";
   if (!error.ok()) {
@@ -181,9 +187,9 @@ std::shared_ptr<Work> GlooProcessGroup::Enqueue(const std::string& what, const s
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t seq = next_seq_++;
   auto work = std::make_shared<Work>(what + " #" + std::to_string(seq) + suffix);
-  work->set_bytes(bytes);
+  work->set_bytes(size.bytes);
   queue_.push_back(Task{work, seq, peers, std::move(run)});
-  NoteIssued(seq);
+  NoteIssued(seq, what, std::move(size));
   cv_.notify_all();
   return work;
 }
@@ -208,12 +214,14 @@ void GlooProcessGroup::Loop() {
       running_ = task.work;
     }
     if (!broken.ok()) {
+      flight_recorder().Finished(task.seq, /*ok=*/false);
       task.work->Finish(AbortedError(
           task.work->name() +
           ": not run: the group is broken by an earlier failure: " + broken.message()));
       continue;
     }
     task.work->MarkStarted();
+    NoteStarted(task.seq);
     Status st = Run(task);
     if (!st.ok()) {
       {
@@ -226,7 +234,7 @@ void GlooProcessGroup::Loop() {
       } catch (const std::exception&) {
       }
     }
-    NoteDone(task.seq);
+    NoteDone(task.seq, st.ok());
     task.work->Finish(std::move(st));
     std::lock_guard<std::mutex> lock(mu_);
     running_.reset();
@@ -237,6 +245,7 @@ void GlooProcessGroup::Loop() {
     left.swap(queue_);
   }
   for (Task& t : left) {
+    flight_recorder().Finished(t.seq, /*ok=*/false);
     t.work->Finish(CancelledError(t.work->name() +
                                   ": cancelled: the process group was destroyed before it ran"));
   }
@@ -308,7 +317,8 @@ std::shared_ptr<Work> GlooProcessGroup::AllReduce(Tensor t, ReduceOp op) {
   const size_t segment =
       options_.algorithm == "ring_chunked" ? kChunkedSegmentBytes : kRingSegmentBytes;
   const int64_t bytes = error.ok() ? t.numel() * static_cast<int64_t>(ElementSize(t.dtype())) : 0;
-  return Enqueue("all_reduce", detail, bytes, peers, error, [=](uint32_t tag, KeepAlive& keep) {
+  const CollectiveSize sized = SizeOf(t, bytes);
+  return Enqueue("all_reduce", detail, sized, peers, error, [=](uint32_t tag, KeepAlive& keep) {
     if (t.numel() == 0 || size() == 1) return;
     const size_t elem = ElementSize(t.dtype());
     if (size() == 2 && static_cast<size_t>(bytes) <= kExchangeMaxBytes) {
@@ -343,7 +353,8 @@ std::shared_ptr<Work> GlooProcessGroup::Broadcast(Tensor t, int root) {
   }
   const std::string detail = Describe(t) + ", root " + std::to_string(root);
   const int64_t bytes = error.ok() ? t.numel() * static_cast<int64_t>(ElementSize(t.dtype())) : 0;
-  return Enqueue("broadcast", detail, bytes, Peers{}, error, [=](uint32_t tag, KeepAlive& keep) {
+  const CollectiveSize sized = SizeOf(t, bytes);
+  return Enqueue("broadcast", detail, sized, Peers{}, error, [=](uint32_t tag, KeepAlive& keep) {
     if (bytes == 0 || size() == 1) return;
     auto opts = Keep<gloo::BroadcastOptions>(keep, context_);
     opts->setOutput(static_cast<uint8_t*>(t.raw_data()), static_cast<size_t>(bytes));
@@ -366,7 +377,8 @@ std::shared_ptr<Work> GlooProcessGroup::AllGather(Tensor out, Tensor in) {
   const std::string detail = Describe(in) + " per rank";
   const int64_t bytes = error.ok() ? in.numel() * static_cast<int64_t>(ElementSize(in.dtype())) : 0;
   const Peers peers{Mod(rank() - 1, size()), Mod(rank() + 1, size())};
-  return Enqueue("all_gather", detail, bytes, peers, error, [=](uint32_t tag, KeepAlive& keep) {
+  const CollectiveSize sized = SizeOf(in, bytes);
+  return Enqueue("all_gather", detail, sized, peers, error, [=](uint32_t tag, KeepAlive& keep) {
     char* dst = static_cast<char*>(out.raw_data());
     char* mine = dst + rank() * bytes;
     if (mine != in.raw_data() && bytes > 0) std::memmove(mine, in.raw_data(), bytes);
@@ -400,7 +412,8 @@ std::shared_ptr<Work> GlooProcessGroup::ReduceScatter(Tensor out, Tensor in, Red
   if (op != ReduceOp::kSum) detail += std::string(", ") + ReduceOpName(op);
   const int64_t bytes = error.ok() ? in.numel() * static_cast<int64_t>(ElementSize(in.dtype())) : 0;
   const Peers peers{Mod(rank() - 1, size()), Mod(rank() + 1, size())};
-  return Enqueue("reduce_scatter", detail, bytes, peers, error, [=](uint32_t tag, KeepAlive& keep) {
+  const CollectiveSize sized = SizeOf(in, bytes);
+  return Enqueue("reduce_scatter", detail, sized, peers, error, [=](uint32_t tag, KeepAlive& keep) {
     if (out.numel() > 0) {
       RingReduceScatter(out.raw_data(), in.raw_data(), static_cast<size_t>(out.numel()),
                         ElementSize(in.dtype()), fn, tag, keep);
@@ -411,7 +424,7 @@ std::shared_ptr<Work> GlooProcessGroup::ReduceScatter(Tensor out, Tensor in, Red
 }
 
 std::shared_ptr<Work> GlooProcessGroup::Barrier() {
-  return Enqueue("barrier", "", 0, Peers{}, OkStatus(), [this](uint32_t tag, KeepAlive& keep) {
+  return Enqueue("barrier", "", {}, Peers{}, OkStatus(), [this](uint32_t tag, KeepAlive& keep) {
     if (size() == 1) return;
     auto opts = Keep<gloo::BarrierOptions>(keep, context_);
     opts->setTag(tag);

@@ -90,8 +90,8 @@ class GlooProcessGroup final : public ProcessGroup {
                    std::map<std::string, int> peer_by_address);
 
   // Queues `run` as op "<what> #<seq> (<detail>)"; `error` non-OK finishes it at once instead.
-  std::shared_ptr<Work> Enqueue(const std::string& what, const std::string& detail, int64_t bytes,
-                                Peers peers, Status error,
+  std::shared_ptr<Work> Enqueue(const std::string& what, const std::string& detail,
+                                CollectiveSize size, Peers peers, Status error,
                                 std::function<void(uint32_t tag, KeepAlive& keep)> run);
   void Loop();
   // Runs one task and names its failure.

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "worker/dist/flight_recorder.h"
 #include "worker/dist/store.h"
 #include "worker/tensor/tensor.h"
 
@@ -127,17 +128,30 @@ class ProcessGroup {
   // issued and of the last one finished (0: none yet). issued > done while one runs or waits.
   int64_t collectives_issued() const { return issued_.load(std::memory_order_relaxed); }
   int64_t collectives_done() const { return done_.load(std::memory_order_relaxed); }
+  // The last collectives of this rank, for hang reports (flight_recorder.h). The rank sets its
+  // phase source before the first collective.
+  FlightRecorder& flight_recorder() { return recorder_; }
+  const FlightRecorder& flight_recorder() const { return recorder_; }
 
  protected:
-  // For backends: call when op `seq` is queued and when it finishes.
-  void NoteIssued(int64_t seq) { issued_.store(seq, std::memory_order_relaxed); }
-  void NoteDone(int64_t seq) { done_.store(seq, std::memory_order_relaxed); }
+  // For backends: call when op `seq` is queued, begins running, and finishes (ok or not); they
+  // keep the progress counters and the flight recorder.
+  void NoteIssued(int64_t seq, const std::string& op, CollectiveSize size) {
+    recorder_.Issued(seq, op, std::move(size));
+    issued_.store(seq, std::memory_order_relaxed);
+  }
+  void NoteStarted(int64_t seq) { recorder_.Started(seq); }
+  void NoteDone(int64_t seq, bool ok) {
+    recorder_.Finished(seq, ok);
+    done_.store(seq, std::memory_order_relaxed);
+  }
 
  private:
   int rank_;
   int size_;
   std::atomic<int64_t> issued_{0};
   std::atomic<int64_t> done_{0};
+  FlightRecorder recorder_;
 };
 
 // Creates the group for `backend` ("gloo", "nccl") over `store`, connecting to every other rank

@@ -13,7 +13,8 @@ std::optional<DType> CompressionDType(const std::string& name) {
 StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
     std::shared_ptr<dist::ProcessGroup> group, const spec::ParallelismSpec& spec,
     nn::Module& model) {
-  if (group->size() != spec.world_size) {
+  // An elastic job's group has any size in [min_world_size, max_world_size].
+  if (!spec::IsElastic(spec) && group->size() != spec.world_size) {
     return InvalidArgumentError("parallelism.world_size is " + std::to_string(spec.world_size) +
                                 " but the process group has " + std::to_string(group->size()) +
                                 " ranks");
@@ -59,12 +60,14 @@ Status DataParallel::CheckSameStep(int64_t step) {
                                  "same checkpoint.dir (a shared filesystem)");
 }
 
-StatusOr<DataParallel::Agreement> DataParallel::AgreeOnStep(double loss, bool stop) {
-  Tensor t = Zeros(Shape{2}, Options(DType::kFloat64));
+StatusOr<DataParallel::Agreement> DataParallel::AgreeOnStep(double loss, bool stop, bool regroup) {
+  Tensor t = Zeros(Shape{3}, Options(DType::kFloat64));
   t.data<double>()[0] = loss;
   t.data<double>()[1] = stop ? 1 : 0;
+  t.data<double>()[2] = regroup ? 1 : 0;
   RETURN_IF_ERROR(dist::AllReduceHost(*group_, t, dist::ReduceOp::kSum, Device()));
-  return Agreement{t.data<double>()[0] / group_->size(), t.data<double>()[1] > 0};
+  const double sum = t.data<double>()[0];
+  return Agreement{sum / group_->size(), sum, t.data<double>()[1] > 0, t.data<double>()[2] > 0};
 }
 
 }  // namespace trainyard::trainer

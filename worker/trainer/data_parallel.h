@@ -44,9 +44,11 @@ class DataParallel {
 
   struct Agreement {
     double mean_loss = 0;  // over ranks
+    double loss_sum = 0;   // over ranks
     bool stop = false;     // some rank was asked to stop
+    bool regroup = false;  // some rank was asked to regroup (elastic jobs)
   };
-  StatusOr<Agreement> AgreeOnStep(double loss, bool stop);
+  StatusOr<Agreement> AgreeOnStep(double loss, bool stop, bool regroup = false);
 
  private:
   DataParallel() = default;

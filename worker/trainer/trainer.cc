@@ -111,6 +111,7 @@ Status Trainer::Init() {
   if (options_.process_group) {
     rank_ = options_.process_group->rank();
     world_size_ = options_.process_group->size();
+    elastic_ = spec::IsElastic(spec_.parallelism);
   }
   RETURN_IF_ERROR(ChooseDevice());
   timer_ = std::make_unique<StreamTimer>(device_);
@@ -118,6 +119,7 @@ Status Trainer::Init() {
   RETURN_IF_ERROR(BuildModel());
   RETURN_IF_ERROR(MakeLoaders());
   ASSIGN_OR_RETURN(schedule_, MakeSchedule(spec_, total_steps_));
+  attempt_ = options_.attempt;
   RETURN_IF_ERROR(OpenCheckpointDir(/*save_vocabulary=*/!vocabulary_saved));
   RETURN_IF_ERROR(Restore());
   RETURN_IF_ERROR(OpenMetricsLog(spec_.checkpoint.dir));
@@ -224,6 +226,12 @@ data::Batch Trainer::OnDevice(const data::Batch& batch) {
 }
 
 Status Trainer::MakeLoaders() {
+  if (elastic_) {
+    RETURN_IF_ERROR(MakeElasticLoader());
+    total_steps_ = spec_.steps > 0 ? spec_.steps : spec_.epochs * steps_per_epoch_;
+    MakeEvalLoader();
+    return OkStatus();
+  }
   const int64_t n = data_.train->size();
   const int64_t batch = spec_.batch_size;
   std::shared_ptr<const data::Sampler> sampler;
@@ -249,26 +257,38 @@ Status Trainer::MakeLoaders() {
         " rank(s) has per epoch");
   }
   total_steps_ = spec_.steps > 0 ? spec_.steps : spec_.epochs * steps_per_epoch_;
+  train_loader_ = std::make_unique<data::DataLoader>(data_.train, sampler, LoaderOptions());
+  MakeEvalLoader();
+  return OkStatus();
+}
+
+data::DataLoaderOptions Trainer::LoaderOptions() const {
   data::DataLoaderOptions loader;
-  loader.batch_size = batch;
+  loader.batch_size = spec_.batch_size;
   loader.drop_last = spec_.data.drop_last;
   loader.num_workers = spec_.data.num_workers;
   loader.prefetch = spec_.data.prefetch;
-  train_loader_ = std::make_unique<data::DataLoader>(data_.train, sampler, loader);
-  if (data_.eval && rank_ == 0) {
-    data::DataLoaderOptions eval = loader;
-    eval.batch_size = spec_.eval.batch_size > 0 ? spec_.eval.batch_size : batch;
-    eval.drop_last = false;
-    eval_loader_ = std::make_unique<data::DataLoader>(
-        data_.eval, std::make_shared<data::SequentialSampler>(data_.eval->size()), eval);
+  return loader;
+}
+
+void Trainer::MakeEvalLoader() {
+  if (!data_.eval || rank_ != 0) {
+    eval_loader_.reset();
+    return;
   }
-  return OkStatus();
+  if (eval_loader_) return;
+  data::DataLoaderOptions eval = LoaderOptions();
+  eval.batch_size = spec_.eval.batch_size > 0 ? spec_.eval.batch_size : spec_.batch_size;
+  eval.drop_last = false;
+  eval_loader_ = std::make_unique<data::DataLoader>(
+      data_.eval, std::make_shared<data::SequentialSampler>(data_.eval->size()), eval);
 }
 
 // Rank r > 0 draws dropout from its own stream: the model generator's seed moved by r.
 constexpr uint64_t kRankSeedStride = 0x9E3779B97F4A7C15ull;
 
 Status Trainer::StartDataParallel() {
+  if (elastic_) return JoinElasticGroup();
   if (world_size_ > 1) {
     gen_.SetState(gen_.seed() + kRankSeedStride * static_cast<uint64_t>(rank_), gen_.offset());
   }
@@ -308,6 +328,8 @@ const char* PhaseName(Phase phase) {
       return "evaluate";
     case Phase::kCheckpoint:
       return "checkpoint";
+    case Phase::kRegroup:
+      return "regroup";
     case Phase::kDone:
       return "done";
   }

@@ -33,6 +33,23 @@
 // it is exact when position is a multiple of M (else up to M - 1 samples repeat). Weights and
 // optimizer state (ZeRO shards gathered into the unsharded form) do not depend on M.
 //
+// Note [Elastic training] (spec::IsElastic; docs/design/009-elastic.md): the group's size m
+// may change while the run goes on, between parallelism.min_world_size and max_world_size.
+// The global batch does not: a step is M = world_size x grad_accumulation_steps micro-batches
+// of batch_size, rank r of m taking micro-batches r, r + m, ... (data::ElasticSampler, Note
+// [Elastic shards]), each weighted 1/M in the gradient; micro-batch j of step s draws its
+// dropout from a stream of (seed, j, s). So what a step computes depends on neither m nor the
+// rank, and a run whose membership changes equals one that made the same changes through
+// checkpoints (to float rounding: the all-reduce sums in another order). When a collective
+// fails (a member is lost; the group was aborted for a regroup) the step in flight is
+// abandoned: its gradients are dropped, and options.regroup gives the next group. When the
+// step's agreement carries a regroup request (members join), the ranks finish the step first.
+// Either way the members of the new group then take the state of the member that applied the
+// most steps (live_state.h: the weights, buffers and optimizer state, by broadcast; a rank
+// whose update of the abandoned step went through is ahead by one), and every rank continues
+// from that step, its data position a function of the step alone. Rank 0 of the new group
+// raises the checkpoint fence to the new attempt, evaluates and writes metrics.jsonl.
+//
 // Note [Exact resume]: a run stopped after step k and resumed gives the same losses, bit for
 // bit, as one that never stopped (at the same thread count). Everything a step depends on is
 // either a function of the step number (the learning rate), restored from the checkpoint
@@ -55,6 +72,7 @@
 #include "common/status.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/device_copier.h"
+#include "worker/data/elastic_sampler.h"
 #include "worker/nn/module.h"
 #include "worker/optim/grad_scaler.h"
 #include "worker/optim/schedule.h"
@@ -146,10 +164,12 @@ enum class Phase : int {
   kDeviceWait,
   kEvaluate,
   kCheckpoint,
+  kRegroup,
   kDone
 };
 // "starting", "data", ..., "allreduce_wait", ..., "done". kDeviceWait ("device_wait"): the
 // step's last wait for its device (for the loss), while a GPU rank's queued work runs.
+// kRegroup ("regroup"): an elastic rank between groups (Note [Elastic training]).
 const char* PhaseName(Phase phase);
 
 struct Progress {
@@ -259,6 +279,25 @@ class Trainer {
   Status Restore();
   // Starts data parallelism (with a process group), then update_.
   Status StartDataParallel();
+  data::DataLoaderOptions LoaderOptions() const;
+  void MakeEvalLoader();  // rank 0's, when the data holds some out (else none)
+
+  // Elastic training (trainer_elastic.cc, Note [Elastic training]).
+  // The micro-batches of a step in all, and this rank's share of them.
+  int64_t StepMicroBatches() const;
+  int64_t RankMicroBatches() const;
+  // The dropout stream of this rank's i-th micro-batch of the step.
+  void SeedMicroBatch(int64_t i);
+  // train_loader_ over this rank's ElasticSampler, at step_'s position; steps_per_epoch_.
+  Status MakeElasticLoader();
+  // Takes the most advanced member's state, then starts data parallelism over the group.
+  Status JoinElasticGroup();
+  // Whether the failed step may be retried in a new group (a collective failed).
+  bool CanRegroup() const;
+  // Leaves the group, joins the next (options_.regroup) and continues (JoinElasticGroup).
+  Status Regroup(const Status& why);
+  // `s`, noting a failure as the group's (CanRegroup).
+  Status CollectiveResult(Status s);
 
   // Run's totals over its steps, for the TrainSummary (trainer_run.cc).
   struct RunTally;
@@ -320,6 +359,13 @@ class Trainer {
   DType autocast_dtype_ = DType::kFloat32;  // spec.precision's; kFloat32: autocast off
   int rank_ = 0;
   int world_size_ = 1;
+  // Note [Elastic training].
+  bool elastic_ = false;
+  std::shared_ptr<const data::ElasticSampler> elastic_sampler_;
+  int64_t applied_step_ = 0;     // steps whose update this rank applied (step_, or one more)
+  bool regroup_agreed_ = false;  // the last step's agreement asked for a regroup
+  bool group_failed_ = false;    // a collective of the current group failed
+  int64_t attempt_ = 0;          // the attempt the current group belongs to (the fence epoch)
   std::unique_ptr<optim::LrSchedule> schedule_;
   Device device_;                               // spec.device: cpu, or this rank's GPU
   std::unique_ptr<data::DeviceCopier> copier_;  // batches to device_ (CUDA only)

@@ -116,8 +116,11 @@ Status Trainer::ResumeFrom(const std::string& path) {
   // The manifest counts samples consumed by all ranks (Note [Resharding on resume]).
   // At an epoch's end the padded shards can make position / M exceed the new shard: the
   // epoch is over, which the loader sees at its end.
-  RETURN_IF_ERROR(
-      train_loader_->Reset(state->epoch, std::min(state->position / world_size_, shard_size_)));
+  // An elastic run's position follows from the step (JoinElasticGroup sets it).
+  if (!elastic_) {
+    RETURN_IF_ERROR(
+        train_loader_->Reset(state->epoch, std::min(state->position / world_size_, shard_size_)));
+  }
   state->default_generator.ApplyTo(&DefaultGenerator());
   auto it = state->generators.find(kModelGenerator);
   if (it != state->generators.end()) it->second.ApplyTo(&gen_);
@@ -157,6 +160,10 @@ Status Trainer::SaveCheckpoint(std::string* path) {
   state.step = step_;
   state.epoch = static_cast<int64_t>(train_loader_->epoch());
   state.position = train_loader_->position() * world_size_;
+  if (elastic_) {  // samples of the epoch's steps done (Note [Elastic shards])
+    state.epoch = step_ / steps_per_epoch_;
+    state.position = (step_ % steps_per_epoch_) * StepMicroBatches() * spec_.batch_size;
+  }
   state.world_size = world_size_;
   state.total_steps = total_steps_;
   state.default_generator = GeneratorState::Of(DefaultGenerator());

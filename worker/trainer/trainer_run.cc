@@ -103,11 +103,18 @@ StatusOr<TrainSummary> Trainer::Run() {
   model_->Train();
   ResetMemoryPeak(device_);  // each step's peak covers the time since the previous report
   while (step_ < total_steps_) {
-    ASSIGN_OR_RETURN(const bool stop, Step(&tally));
-    if (stop && step_ < total_steps_) {
+    StatusOr<bool> stop = Step(&tally);
+    if (!stop.ok() && CanRegroup()) {
+      // Note [Elastic training]: the step in flight is abandoned.
+      RETURN_IF_ERROR(Regroup(stop.status()));
+      continue;
+    }
+    if (!stop.ok()) return stop.status();
+    if (*stop && step_ < total_steps_) {
       tally.summary.interrupted = true;
       break;
     }
+    if (regroup_agreed_ && step_ < total_steps_) RETURN_IF_ERROR(Regroup(OkStatus()));
   }
   return Finish(&tally);
 }
@@ -143,7 +150,8 @@ Status Trainer::TrainStep(StepMetrics* m, std::optional<bool>* agreed_stop) {
   // wait earlier). The update is applied before the loss is seen: a non-finite one fails the
   // job just below, before anything is saved.
   SetPhase(Phase::kDeviceWait);
-  m->loss = loss_sum.item() / static_cast<double>(spec_.parallelism.grad_accumulation_steps);
+  // Elastic: this rank's sum, divided by the step's micro-batches once summed over ranks.
+  m->loss = loss_sum.item() / (elastic_ ? 1.0 : static_cast<double>(StepMicroBatches()));
   if (grad_norm.defined()) m->grad_norm = grad_norm.item();  // computed by now: no wait
   for (const auto& [seconds, from, to] : spans_) m->*seconds += timer_->Seconds(from, to);
   ASSIGN_OR_RETURN(*agreed_stop, AgreeOnStep(m));
@@ -156,11 +164,14 @@ Status Trainer::TrainStep(StepMetrics* m, std::optional<bool>* agreed_stop) {
 }
 
 Status Trainer::ForwardBackward(StepMetrics* m, Tensor* loss_sum) {
-  const int64_t micro_batches = spec_.parallelism.grad_accumulation_steps;
+  const int64_t micro_batches = RankMicroBatches();
   for (int64_t micro = 1; micro <= micro_batches; ++micro) {
     ASSIGN_OR_RETURN(const data::Batch batch, NextBatch(m));
+    if (elastic_) SeedMicroBatch(micro - 1);
     RETURN_IF_ERROR(MicroBatch(batch, /*last=*/micro == micro_batches, loss_sum));
   }
+  // Every rank counts the whole step's samples (the ranks' micro-batches are all full).
+  if (elastic_) m->samples = spec_.batch_size * StepMicroBatches();
   if (dp_) {
     const dist::ReducerStats& stats = dp_->reducer().stats();
     m->allreduce_seconds = stats.comm_seconds;
@@ -181,6 +192,7 @@ StatusOr<data::Batch> Trainer::NextBatch(StepMetrics* m) {
     }
     data::Batch batch = OnDevice(**next);
     m->epoch = static_cast<int64_t>(train_loader_->epoch());
+    // Elastic: ForwardBackward counts the step's samples.
     m->samples += batch.input.size(0) * world_size_;
     m->data_seconds += SecondsSince(start);
     return batch;
@@ -197,8 +209,10 @@ Status Trainer::MicroBatch(const data::Batch& batch, bool last, Tensor* loss_sum
     autograd::NoGradGuard no_grad;
     *loss_sum = loss_sum->defined() ? ops::Add(*loss_sum, loss.detach()) : loss.detach();
   }
-  const int64_t micro_batches = spec_.parallelism.grad_accumulation_steps;
-  if (micro_batches > 1) loss = ops::MulScalar(loss, 1.0 / static_cast<double>(micro_batches));
+  // The reducer averages over the world_size_ ranks: each of the step's micro-batches weighs
+  // 1 / StepMicroBatches() in the end, however many of them this rank took.
+  const double weight = static_cast<double>(elastic_ ? world_size_ : 1) / StepMicroBatches();
+  if (weight != 1.0) loss = ops::MulScalar(loss, weight);
   loss = update_->ScaleLoss(loss);
 
   SetPhase(Phase::kBackward);
@@ -210,7 +224,7 @@ Status Trainer::MicroBatch(const data::Batch& batch, bool last, Tensor* loss_sum
   const int backward_end = timer_->Mark();
   if (dp_) {
     SetPhase(Phase::kAllReduceWait);
-    RETURN_IF_ERROR(dp_->AfterBackward());
+    RETURN_IF_ERROR(CollectiveResult(dp_->AfterBackward()));
   }
   // Backward includes the wait for the buckets, which is also reported apart, on the same
   // clock: on a GPU the stream's idle time from backward's end until the buckets are in.
@@ -226,6 +240,7 @@ Status Trainer::OptimizerStep(StepMetrics* m, Tensor* grad_norm) {
   SetPhase(Phase::kOptimizer);
   const int start = timer_->Mark();
   ASSIGN_OR_RETURN(UpdateReport update, update_->Apply());
+  applied_step_ = step_ + 1;  // Note [Elastic training]: this rank's weights are past step_
   m->grad_norm = update.grad_norm;
   m->loss_scale = update.loss_scale;
   m->skipped = update.skipped;
@@ -239,9 +254,13 @@ StatusOr<std::optional<bool>> Trainer::AgreeOnStep(StepMetrics* m) {
   // rank has seen it through the step's agreement.
   if (!dp_) return std::optional<bool>();
   SetPhase(Phase::kAllReduceWait);
-  ASSIGN_OR_RETURN(DataParallel::Agreement agreed, dp_->AgreeOnStep(m->loss, StopRequested()));
-  m->loss = agreed.mean_loss;
-  return std::optional<bool>(agreed.stop);
+  const bool regroup = options_.regroup_requested != nullptr && options_.regroup_requested->load();
+  StatusOr<DataParallel::Agreement> agreed = dp_->AgreeOnStep(m->loss, StopRequested(), regroup);
+  RETURN_IF_ERROR(CollectiveResult(agreed.status()));
+  m->loss =
+      elastic_ ? agreed->loss_sum / static_cast<double>(StepMicroBatches()) : agreed->mean_loss;
+  regroup_agreed_ = agreed->regroup;
+  return std::optional<bool>(agreed->stop);
 }
 
 void Trainer::Finalize(SteadyClock::time_point start, StepMetrics* m) {

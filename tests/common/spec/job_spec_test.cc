@@ -381,6 +381,40 @@ TEST(JobSpecTest, ReadsEveryParallelismField) {
   EXPECT_EQ(back->parallelism.all_reduce_algorithm, "ring_chunked");
 }
 
+TEST(JobSpecTest, ElasticBoundsDefaultToTheWorldSizeAndAreChecked) {
+  Json json = Minimal();
+  SetPath(&json, "parallelism.world_size", 3);
+  StatusOr<JobSpec> fixed = ParseJobSpec(json);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(MinWorldSize(fixed->parallelism), 3);
+  EXPECT_EQ(MaxWorldSize(fixed->parallelism), 3);
+  EXPECT_FALSE(IsElastic(fixed->parallelism));
+
+  SetPath(&json, "parallelism.min_world_size", 2);
+  StatusOr<JobSpec> elastic = ParseJobSpec(json);
+  ASSERT_TRUE(elastic.ok()) << elastic.status();
+  EXPECT_TRUE(IsElastic(elastic->parallelism));
+  EXPECT_EQ(MaxWorldSize(elastic->parallelism), 3);
+
+  SetPath(&json, "parallelism.max_world_size", 4);  // 4 ranks, 3 micro-batches per step
+  EXPECT_THAT(ProblemsOf(json),
+              HasSubstr("parallelism.max_world_size = 4: must be at most parallelism.world_size "
+                        "x parallelism.grad_accumulation_steps = 3"));
+  SetPath(&json, "parallelism.grad_accumulation_steps", 2);
+  EXPECT_TRUE(ParseJobSpec(json).ok());
+  SetPath(&json, "parallelism.min_world_size", 5);
+  EXPECT_THAT(ProblemsOf(json), HasSubstr("parallelism.min_world_size = 5: must be at most "
+                                          "parallelism.max_world_size = 4"));
+  SetPath(&json, "parallelism.min_world_size", 2);
+  SetPath(&json, "parallelism.zero_stage", 1);
+  SetPath(&json, "parallelism.ranks_per_node", 1);
+  const std::string text = ProblemsOf(json);
+  EXPECT_THAT(text, HasSubstr("parallelism.zero_stage = 1: cannot be combined with an elastic "
+                              "world size"));
+  EXPECT_THAT(text, HasSubstr("parallelism.ranks_per_node = 1: must be 0 with an elastic world "
+                              "size"));
+}
+
 TEST(JobSpecTest, ParallelismFieldsOutsideTheirRangesNameTheRange) {
   Json json = Minimal();
   SetPath(&json, "parallelism.world_size", 0);

@@ -552,3 +552,44 @@ TEST_F(GlooTest, DestroyingAGroupCancelsWhatIsQueued) {
 
 }  // namespace
 }  // namespace trainyard::dist
+
+namespace trainyard::dist {
+namespace {
+
+TEST_F(GlooTest, AbortEndsAWaitOnAPeerThatNeverComesAndBreaksTheGroup) {
+  // Rank 1 never joins the all-reduce; rank 0's is aborted from another thread long before
+  // the group's 20 s timeout, and every later collective fails at once.
+  ProcessGroupOptions options = FastOptions();
+  options.timeout = std::chrono::seconds(20);
+  std::atomic<bool> aborted{false};
+  RunRanks(
+      2,
+      [&](ProcessGroup& g) {
+        if (g.rank() == 1) {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (!aborted && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+          EXPECT_TRUE(aborted);
+          return;
+        }
+        Tensor t = Ones(Shape{4});
+        auto work = g.AllReduce(t);
+        std::thread aborter([&] {
+          g.Abort(AbortedError("a member is lost"));
+          aborted = true;
+        });
+        const auto start = std::chrono::steady_clock::now();
+        Status s = work->Wait(std::chrono::seconds(10));
+        aborter.join();
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+        EXPECT_EQ(s.code(), StatusCode::kAborted) << s;
+        EXPECT_NE(s.message().find("a member is lost"), std::string::npos) << s;
+        Status later = g.Barrier()->Wait(std::chrono::seconds(10));
+        EXPECT_EQ(later.code(), StatusCode::kAborted) << later;
+      },
+      options);
+}
+
+}  // namespace
+}  // namespace trainyard::dist

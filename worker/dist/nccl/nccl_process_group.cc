@@ -86,6 +86,9 @@ int64_t Bytes(const DeviceBuffer& b) {
   return b.numel * static_cast<int64_t>(ElementSize(b.dtype));
 }
 
+// What `b` moves per rank, for the flight recorder.
+CollectiveSize SizeOf(const DeviceBuffer& b) { return {b.numel, DTypeName(b.dtype), Bytes(b)}; }
+
 // "unhandled system error (run with NCCL_DEBUG=INFO for details): <NCCL's last message>".
 std::string NcclText(ncclResult_t r, ncclComm_t comm) {
   std::string text = ncclGetErrorString(r);
@@ -342,7 +345,8 @@ void NcclProcessGroup::CloseComm() {
 // ---- The queue and the group's thread ----
 
 std::shared_ptr<Work> NcclProcessGroup::Enqueue(const std::string& what, const std::string& detail,
-                                                int64_t bytes, const Status& error, Launch launch,
+                                                CollectiveSize size, const Status& error,
+                                                Launch launch,
                                                 std::vector<std::shared_ptr<const void>> owners) {
   const std::string suffix = detail.empty() ? "" : " (" + detail + ")";
   if (!error.ok()) {
@@ -354,9 +358,10 @@ std::shared_ptr<Work> NcclProcessGroup::Enqueue(const std::string& what, const s
   // (LaunchOp), so that the peers' collectives never pair with this rank's next one.
   StatusOr<CUevent_st*> ready = ReadyEvent();
   std::lock_guard<std::mutex> lock(mu_);
-  NoteIssued(next_seq_);
-  auto work = std::make_shared<Work>(what + " #" + std::to_string(next_seq_++) + suffix);
-  work->set_bytes(bytes);
+  const int64_t seq = next_seq_++;
+  auto work = std::make_shared<Work>(what + " #" + std::to_string(seq) + suffix);
+  work->set_bytes(size.bytes);
+  NoteIssued(seq, what, std::move(size));
   queued_.push_back(Op{work,
                        std::move(launch),
                        std::move(owners),
@@ -364,7 +369,8 @@ std::shared_ptr<Work> NcclProcessGroup::Enqueue(const std::string& what, const s
                        nullptr,
                        {},
                        ready.ok() ? *ready : nullptr,
-                       ready.status()});
+                       ready.status(),
+                       seq});
   cv_.notify_all();
   return work;
 }
@@ -422,6 +428,7 @@ void NcclProcessGroup::LaunchOp(Op op) {
     op.ready = nullptr;
   }
   if (!broken_.ok()) {
+    flight_recorder().Finished(op.seq, /*ok=*/false);
     op.work->Finish(
         AbortedError(op.work->name() +
                      ": not run: the group is broken by an earlier failure: " + broken_.message()));
@@ -437,6 +444,7 @@ void NcclProcessGroup::LaunchOp(Op op) {
     return Break(&in_flight_.back(), error);
   }
   op.work->MarkStarted();  // the host's issue; FinishOp puts the device's start instead
+  NoteStarted(op.seq);
   if (in_flight_.empty()) op.since = Clock::now();
   // Timing events around the call: its device time excludes the waits before it on stream_.
   cudaError_t e = TakeEvent(&free_events_, &op.start);
@@ -496,6 +504,7 @@ void NcclProcessGroup::Drain() {
   }
   for (Op& op : left) {
     if (op.ready != nullptr) cudaEventDestroy(op.ready);
+    flight_recorder().Finished(op.seq, /*ok=*/false);
     op.work->Finish(CancelledError(op.work->name() +
                                    ": cancelled: the process group was destroyed before it ran"));
   }
@@ -551,7 +560,7 @@ void NcclProcessGroup::FinishOp(Op& op, Status status) {
     *ev = nullptr;
   }
   op.owners.clear();
-  NoteDone(collectives_done() + 1);  // ops finish in issue order
+  NoteDone(op.seq, status.ok());  // ops finish in issue order
   op.work->Finish(std::move(status));
 }
 
@@ -567,7 +576,7 @@ std::shared_ptr<Work> NcclProcessGroup::AllReduce(DeviceBuffer b, ReduceOp op) {
   Launch launch = [b = b.data, n = b.numel, type, op](ncclComm_t comm, cudaStream_t s) {
     return static_cast<int>(ncclAllReduce(b, b, n, type, NcclOp(op), comm, s));
   };
-  return Enqueue("all_reduce", detail, Bytes(b), error, std::move(launch), {b.owner});
+  return Enqueue("all_reduce", detail, SizeOf(b), error, std::move(launch), {b.owner});
 }
 
 std::shared_ptr<Work> NcclProcessGroup::Broadcast(DeviceBuffer b, int root) {
@@ -579,7 +588,7 @@ std::shared_ptr<Work> NcclProcessGroup::Broadcast(DeviceBuffer b, int root) {
   Launch launch = [b = b.data, n = Bytes(b), root](ncclComm_t comm, cudaStream_t s) {
     return static_cast<int>(ncclBroadcast(b, b, n, ncclUint8, root, comm, s));
   };
-  return Enqueue("broadcast", Describe(b) + ", root " + std::to_string(root), Bytes(b), error,
+  return Enqueue("broadcast", Describe(b) + ", root " + std::to_string(root), SizeOf(b), error,
                  std::move(launch), {b.owner});
 }
 
@@ -594,7 +603,7 @@ std::shared_ptr<Work> NcclProcessGroup::AllGather(DeviceBuffer out, DeviceBuffer
   Launch launch = [o = out.data, i = in.data, n = Bytes(in)](ncclComm_t comm, cudaStream_t s) {
     return static_cast<int>(ncclAllGather(i, o, n, ncclUint8, comm, s));
   };
-  return Enqueue("all_gather", Describe(in) + " per rank", Bytes(in), error, std::move(launch),
+  return Enqueue("all_gather", Describe(in) + " per rank", SizeOf(in), error, std::move(launch),
                  {out.owner, in.owner});
 }
 
@@ -616,7 +625,7 @@ std::shared_ptr<Work> NcclProcessGroup::ReduceScatter(DeviceBuffer out, DeviceBu
                                                                        cudaStream_t s) {
     return static_cast<int>(ncclReduceScatter(i, o, n, type, NcclOp(op), comm, s));
   };
-  return Enqueue("reduce_scatter", detail, Bytes(in), error, std::move(launch),
+  return Enqueue("reduce_scatter", detail, SizeOf(in), error, std::move(launch),
                  {out.owner, in.owner});
 }
 
@@ -625,7 +634,7 @@ std::shared_ptr<Work> NcclProcessGroup::Barrier() {
   Launch launch = [b = scratch_](ncclComm_t comm, cudaStream_t s) {
     return static_cast<int>(ncclAllReduce(b, b, 1, ncclInt32, ncclSum, comm, s));
   };
-  return Enqueue("barrier", "", 0, OkStatus(), std::move(launch), {});
+  return Enqueue("barrier", "", CollectiveSize{}, OkStatus(), std::move(launch), {});
 }
 
 // The Tensor forms check the tensor, then run the DeviceBuffer form; outputs' versions are
@@ -633,14 +642,14 @@ std::shared_ptr<Work> NcclProcessGroup::Barrier() {
 
 std::shared_ptr<Work> NcclProcessGroup::AllReduce(Tensor t, ReduceOp op) {
   Status error = CheckTensor("all_reduce", t, device_);
-  if (!error.ok()) return Enqueue("all_reduce", "", 0, error, nullptr, {});
+  if (!error.ok()) return Enqueue("all_reduce", "", {}, error, nullptr, {});
   t.BumpVersion();
   return AllReduce(BufferOf(t), op);
 }
 
 std::shared_ptr<Work> NcclProcessGroup::Broadcast(Tensor t, int root) {
   Status error = CheckTensor("broadcast", t, device_);
-  if (!error.ok()) return Enqueue("broadcast", "", 0, error, nullptr, {});
+  if (!error.ok()) return Enqueue("broadcast", "", {}, error, nullptr, {});
   t.BumpVersion();
   return Broadcast(BufferOf(t), root);
 }
@@ -648,7 +657,7 @@ std::shared_ptr<Work> NcclProcessGroup::Broadcast(Tensor t, int root) {
 std::shared_ptr<Work> NcclProcessGroup::AllGather(Tensor out, Tensor in) {
   Status error = CheckTensor("all_gather (out)", out, device_);
   if (error.ok()) error = CheckTensor("all_gather (in)", in, device_);
-  if (!error.ok()) return Enqueue("all_gather", "", 0, error, nullptr, {});
+  if (!error.ok()) return Enqueue("all_gather", "", {}, error, nullptr, {});
   out.BumpVersion();
   return AllGather(BufferOf(out), BufferOf(in));
 }
@@ -656,7 +665,7 @@ std::shared_ptr<Work> NcclProcessGroup::AllGather(Tensor out, Tensor in) {
 std::shared_ptr<Work> NcclProcessGroup::ReduceScatter(Tensor out, Tensor in, ReduceOp op) {
   Status error = CheckTensor("reduce_scatter (out)", out, device_);
   if (error.ok()) error = CheckTensor("reduce_scatter (in)", in, device_);
-  if (!error.ok()) return Enqueue("reduce_scatter", "", 0, error, nullptr, {});
+  if (!error.ok()) return Enqueue("reduce_scatter", "", {}, error, nullptr, {});
   out.BumpVersion();
   return ReduceScatter(BufferOf(out), BufferOf(in), op);
 }

@@ -101,6 +101,7 @@ class NcclProcessGroup final : public ProcessGroup {
     Clock::time_point since;                          // when it became the oldest op in flight
     CUevent_st* ready = nullptr;  // on the compute stream: inputs produced (Note [NCCL streams])
     Status ready_error;           // ReadyEvent failed: the op breaks the group instead of running
+    int64_t seq = 0;              // its sequence number
   };
 
   NcclProcessGroup(int rank, int size, ProcessGroupOptions options, int device);
@@ -111,8 +112,8 @@ class NcclProcessGroup final : public ProcessGroup {
   void CloseComm();
 
   // Queues op "<what> #<seq> (<detail>)"; `error` non-OK finishes it at once instead.
-  std::shared_ptr<Work> Enqueue(const std::string& what, const std::string& detail, int64_t bytes,
-                                const Status& error, Launch launch,
+  std::shared_ptr<Work> Enqueue(const std::string& what, const std::string& detail,
+                                CollectiveSize size, const Status& error, Launch launch,
                                 std::vector<std::shared_ptr<const void>> owners);
   // The group's thread: launches queued ops in order and finishes completed ones.
   void Loop();

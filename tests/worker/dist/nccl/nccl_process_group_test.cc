@@ -224,6 +224,11 @@ TEST(NcclProcessGroupTest, NamesOpsBySequenceNumberAndBarrierCompletes) {
     ASSERT_TRUE(WaitFor(g, *second).ok());
     ASSERT_TRUE(first->IsCompleted());  // in order
     EXPECT_LE(first->start_time(), first->end_time());
+    const std::vector<CollectiveRecord> last = g.flight_recorder().Last(16);
+    ASSERT_EQ(last.size(), 2u);
+    EXPECT_EQ(last[1].seq, 2);
+    EXPECT_EQ(last[1].op, "barrier");
+    EXPECT_EQ(last[1].state, CollectiveState::kDone);
   });
 }
 
@@ -331,6 +336,13 @@ TEST(NcclProcessGroupTest, ACollectiveNoPeerIssuesTimesOutAndBreaksTheGroup) {
         const Status later = g.Barrier()->Wait(std::chrono::seconds(5));
         EXPECT_EQ(later.code(), StatusCode::kAborted) << later;
         EXPECT_THAT(later.message(), HasSubstr("broken"));
+        const std::vector<CollectiveRecord> last = g.flight_recorder().Last(16);
+        ASSERT_EQ(last.size(), 3u);
+        EXPECT_EQ(last[0].op, "all_reduce");
+        EXPECT_EQ(last[0].size.numel, 8);
+        EXPECT_EQ(last[0].size.dtype, "float32");
+        for (const CollectiveRecord& r : last)
+          EXPECT_EQ(r.state, CollectiveState::kFailed) << r.seq;
         rank0_done.set_value();
       },
       o);
