@@ -47,6 +47,11 @@ void Describe(const v1::Job& j) {
               j.reason().empty() ? "" : (": " + j.reason()).c_str());
   std::printf("ranks      %d, priority %d, restarts %d of %d%s\n", j.world_size(), j.priority(),
               j.restarts(), j.max_restarts(), j.cancel_requested() ? ", cancel requested" : "");
+  if (j.regroups() > 0 ||
+      (j.current_world_size() > 0 && j.current_world_size() != j.world_size())) {
+    // An elastic job: world_size above is the nominal size, which sets the global batch.
+    std::printf("elastic    %d ranks now, regroups %d\n", j.current_world_size(), j.regroups());
+  }
   const auto& m = j.last_step();
   if (m.step() > 0) {
     std::printf("progress   step %lld/%lld, loss %s, %s samples/s, ETA %s, rank 0 at %s MiB\n",
@@ -79,7 +84,8 @@ void Describe(const v1::Job& j) {
     std::printf("stragglers ranks %s\n", ranks.c_str());
   }
   for (const v1::Attempt& a : j.attempts()) {
-    std::printf("attempt %d  %s%s\n", a.number(), a.ended_ms() ? "ended" : "running",
+    std::printf("attempt %d  %s%s%s\n", a.number(), a.ended_ms() ? "ended" : "running",
+                a.regrouped() ? " (regrouped)" : "",
                 a.end_reason().empty() ? "" : (": " + a.end_reason()).c_str());
     for (const v1::RankPlacement& p : a.ranks()) {
       std::printf("  rank %-3d %s (%s) slot %d\n", p.rank(), p.worker().c_str(), p.host().c_str(),

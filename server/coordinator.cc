@@ -2,7 +2,8 @@
 // changes, the worker outboxes and the periodic tick. The roles: coordinator_jobs.cc (what
 // clients call), coordinator_workers.cc (registration, heartbeats, liveness, capacity),
 // coordinator_attempts.cc (starting, watching and stopping an attempt's ranks; scheduling),
-// coordinator_faults.cc (how an attempt fails: exits, hangs, stragglers).
+// coordinator_faults.cc (how an attempt fails: exits, hangs, stragglers), coordinator_elastic.cc
+// (elastic jobs regroup and grow).
 #include "server/coordinator.h"
 
 #include <algorithm>
@@ -249,11 +250,20 @@ void Coordinator::Tick() {
     Entry& e = *jobs_[id];
     if (IsFinal(e.job.state()) && !e.stopping) continue;
     CheckLiveness(e);
-    CheckHang(e);
+    if (!RegroupForming(e)) CheckHang(e);  // Note [Regroups]
     CheckStragglers(e);
+    CheckRegroup(e);
     CheckStopped(e);
   }
   Schedule();
+  // Elastic jobs grow into the slots that no queued job takes (Note [Regroups]).
+  const bool queued = std::any_of(order_.begin(), order_.end(), [&](const std::string& id) {
+    const auto s = jobs_[id]->job.state();
+    return s == trainyard::v1::PENDING || s == trainyard::v1::RESTARTING;
+  });
+  for (const std::string& id : order_) {
+    if (!queued) MaybeGrow(*jobs_[id]);
+  }
 }
 
 Coordinator::Snapshot Coordinator::GetSnapshot() {

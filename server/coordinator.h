@@ -9,6 +9,8 @@
 //       FAILED when no restarts are left or a rank rejected the job (exit code 2)
 //   RESTARTING --(the old ranks exited, capacity)--> SCHEDULED (attempt n + 1)
 //   any state but the final three --(CancelJob, once its ranks exited)--> CANCELLED
+//   RUNNING --(an elastic job loses or gains ranks)--> RUNNING (attempt n + 1, regrouped;
+//       coordinator_elastic.cc, Note [Regroups])
 //
 // Every state change is committed to the JobStore before the call that caused it returns.
 // Commands for workers (assign, abort, cancel, and an acknowledgement of each heartbeat) wait
@@ -200,6 +202,10 @@ class Coordinator {
     Clock::TimePoint last_step_at{};
     double step_seconds = 0;              // smoothed wall time between rank 0's steps
     std::set<int> stale_attempts_logged;  // attempts whose refused reports were logged
+    // Elastic jobs (Note [Regroups]): when the quorum window that a rank's `regrouping`
+    // report opened closes ({}: none open), and whether the attempt has completed a step.
+    Clock::TimePoint regroup_deadline{};
+    bool stepped = false;
   };
 
   Coordinator(std::unique_ptr<JobStore> store, const Clock* clock, CoordinatorOptions options);
@@ -215,6 +221,9 @@ class Coordinator {
                     const std::string& actor = "");
   bool ActiveAttempt(const Entry& e) const;  // SCHEDULED or RUNNING
   void StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacement> ranks);
+  // The part of StartAttempt that a regroup shares: a new attempt of `ranks`, its rank table,
+  // detectors and rendezvous scope (no state change, nothing sent).
+  trainyard::v1::Attempt& BeginAttempt(Entry& e, std::vector<trainyard::v1::RankPlacement> ranks);
   // Queues the current attempt's assignment of `worker`'s ranks (a repeat starts nothing).
   void ResendAssignment(Entry& e, const std::string& worker);
   // Ends the current attempt: stops its ranks and restarts the job or fails it.
@@ -235,8 +244,10 @@ class Coordinator {
   void Send(const std::string& worker, trainyard::v1::WorkerCommand command);
   // Refuses a report of an attempt that is not e's current one (ReportMetrics).
   Status RefuseStaleReport(Entry& e, const trainyard::v1::MetricsReport& report);
-  // ReportMetrics of a step of e's current attempt, from rank `r`.
-  Status OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step);
+  // ReportMetrics of a step of e's current attempt, from rank `r`; `late`: of the attempt a
+  // regroup just ended (LateStepOfRegroup), only published.
+  Status OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step,
+                      bool late = false);
   // Runs worker `name`'s commands wake, if any; `drop` removes it after (its stream ends).
   void WakeWorker(const std::string& name, bool drop);
   void OnRankStatus(const std::string& worker, const trainyard::v1::RankStatus& s);
@@ -252,6 +263,29 @@ class Coordinator {
   // failed, or `hang` (Note [Collective flight recorder] in collective_report.h).
   void CheckCollectives(Entry& e, const std::vector<RankView>& views, bool hang);
   void CheckStragglers(Entry& e);
+  // Elastic jobs (coordinator_elastic.cc, Note [Regroups]). Whether e regroups instead of
+  // aborting: spec::IsElastic, RUNNING and not cancelled.
+  bool Elastic(const Entry& e) const;
+  // The ranks of the current attempt, but `except`, that have not exited and whose workers
+  // are alive.
+  std::vector<int> LiveRanks(const Entry& e, int except = -1) const;
+  // Continues the running attempt with `members` (ranks of it, renumbered 0..m-1 in order)
+  // and `added` (new ranks after them) as a new attempt; false (nothing done) when that is
+  // fewer than min_world_size ranks: the caller aborts as without elasticity.
+  bool Regroup(Entry& e, const std::vector<int>& members,
+               std::vector<trainyard::v1::RankPlacement> added, const std::string& why);
+  // A rank's failure (a lost worker, an exit, a hang): the others regroup, or false.
+  bool RegroupWithout(Entry& e, int rank, const std::string& why);
+  // A step the members finished in the attempt a regroup just ended, reported once it had
+  // (ReportMetrics): the rank's number in the current attempt when the report is of a later
+  // step than the job's last and its rank is a member; -1: a stale report, refused.
+  int LateStepOfRegroup(const Entry& e, const trainyard::v1::MetricsReport& report) const;
+  void OnRegroupingReport(Entry& e);  // a rank reported `regrouping`: opens the quorum window
+  void CheckRegroup(Entry& e);        // closes it: the ranks that reported regroup
+  void MaybeGrow(Entry& e);           // free slots: new ranks join at a step boundary
+  // A regrouped attempt some of whose ranks have not reported yet: their last reports speak of
+  // the old group, so no hang verdict until they do.
+  bool RegroupForming(const Entry& e) const;
   // Records the round trips rank `r` measured to other hosts of its job (Note [Slow links]).
   void AddLinks(Entry& e, const RankRuntime& r);
   void EmitSlowLink(Entry& e, const SlowLinkDetector::Change& c);
@@ -277,6 +311,10 @@ class Coordinator {
   std::map<std::string, CommandsWake> wakes_;  // by worker name (SetCommandsWake)
   int64_t next_job_number_ = 1;
   int64_t stale_reports_ = 0;  // Snapshot::stale_reports
+  // Workers whose ranks a regroup left out (lost, silent, failed), until when elastic jobs do
+  // not grow onto them: one that died is not declared lost before the heartbeat timeout.
+  // Registering again clears it.
+  std::map<std::string, Clock::TimePoint> suspect_;
 };
 
 // Adds a refused report's reason (ReportMetrics' FailedPrecondition) to a ReportMetrics

@@ -4,6 +4,7 @@
 // fails: coordinator_faults.cc.
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "common/logging.h"
 #include "common/random_id.h"
@@ -19,33 +20,42 @@ bool Coordinator::ActiveAttempt(const Entry& e) const {
   return e.job.state() == trainyard::v1::SCHEDULED || e.job.state() == trainyard::v1::RUNNING;
 }
 
-void Coordinator::StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacement> ranks) {
+trainyard::v1::Attempt& Coordinator::BeginAttempt(Entry& e,
+                                                  std::vector<trainyard::v1::RankPlacement> ranks) {
   trainyard::v1::Attempt* a = e.job.add_attempts();
   a->set_number(e.job.attempts_size());
   a->set_started_ms(NowMs());
   a->set_secret(RandomHex(32));
   e.ranks.clear();
-  std::map<std::string, int> by_worker;  // ranks on each
   for (auto& p : ranks) {
     e.ranks[p.rank()].placement = p;
-    ++by_worker[p.worker()];
     *a->add_ranks() = std::move(p);
   }
+  e.job.set_current_world_size(a->ranks_size());
   e.attempt_started = clock_->Now();
   e.stopping = false;
+  e.stepped = false;
+  e.regroup_deadline = {};
   e.job.clear_stragglers();
-  e.stragglers = std::make_unique<StragglerDetector>(e.spec.parallelism.world_size,
-                                                     e.spec.fault_tolerance.straggler_factor,
-                                                     e.spec.fault_tolerance.straggler_window_steps);
+  e.stragglers =
+      std::make_unique<StragglerDetector>(a->ranks_size(), e.spec.fault_tolerance.straggler_factor,
+                                          e.spec.fault_tolerance.straggler_window_steps);
   e.slow_links = SlowLinkDetector(e.spec.fault_tolerance.straggler_factor);
   rendezvous_.Open({e.job.id(), a->number(), a->secret()});
+  return *a;
+}
+
+void Coordinator::StartAttempt(Entry& e, std::vector<trainyard::v1::RankPlacement> ranks) {
+  const trainyard::v1::Attempt& a = BeginAttempt(e, std::move(ranks));
+  std::set<std::string> workers;
+  for (const auto& p : a.ranks()) workers.insert(p.worker());
   // Committed before any worker hears of it: a restarted coordinator knows every attempt that
   // may have ranks.
   (void)Transition(e, trainyard::v1::SCHEDULED,
-                   "attempt " + std::to_string(a->number()) + " on " +
-                       std::to_string(by_worker.size()) + " worker" +
-                       (by_worker.size() == 1 ? "" : "s"));
-  for (const auto& [worker, unused] : by_worker) ResendAssignment(e, worker);
+                   "attempt " + std::to_string(a.number()) + " on " +
+                       std::to_string(workers.size()) + " worker" +
+                       (workers.size() == 1 ? "" : "s"));
+  for (const std::string& worker : workers) ResendAssignment(e, worker);
 }
 
 void Coordinator::ResendAssignment(Entry& e, const std::string& worker) {
@@ -57,7 +67,7 @@ void Coordinator::ResendAssignment(Entry& e, const std::string& worker) {
   as.set_attempt(a.number());
   as.set_secret(a.secret());
   as.set_spec_json(e.job.spec_json());
-  as.set_world_size(e.spec.parallelism.world_size);
+  as.set_world_size(a.ranks_size());  // an elastic job's actual size; else world_size
   for (const auto& p : a.ranks()) {
     if (p.worker() == worker) *as.add_ranks() = p;
   }
@@ -109,6 +119,7 @@ void Coordinator::OnRankStatus(const std::string& worker, const trainyard::v1::R
     return;
   }
   if (s.exited() && !was_exited) return OnRankExit(*e, r);
+  if (s.regrouping() && !s.exited()) OnRegroupingReport(*e);
   if (e->job.cancel_requested() && !s.exited()) {
     // Asked again each heartbeat: a cancel may have been lost with a stream (the worker
     // ignores a repeat).
@@ -137,7 +148,13 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
   if (e == nullptr) {
     return NotFoundError("metrics report of job " + report.job_id() + ": no such job");
   }
-  if (report.attempt() != e->job.attempts_size()) return RefuseStaleReport(*e, report);
+  if (report.attempt() != e->job.attempts_size()) {
+    const int late = LateStepOfRegroup(*e, report);  // the rank's number now
+    if (late < 0) return RefuseStaleReport(*e, report);
+    trainyard::v1::StepMetrics m = report.step();
+    m.set_rank(late);
+    return late == 0 ? OnStepReport(*e, e->ranks[0], m, /*late=*/true) : OkStatus();
+  }
   // A report speaks for one rank (evaluations and checkpoints for rank 0), which must run on
   // the worker that sent it: a worker cannot report for another's ranks.
   const int rank = report.has_step() ? report.step().rank() : 0;
@@ -190,19 +207,23 @@ Status Coordinator::RefuseStaleReport(Entry& e, const trainyard::v1::MetricsRepo
   return FailedPreconditionError(why);
 }
 
-Status Coordinator::OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step) {
+Status Coordinator::OnStepReport(Entry& e, RankRuntime& r, const trainyard::v1::StepMetrics& step,
+                                 bool late) {
   if (!ActiveAttempt(e)) return OkStatus();
   trainyard::v1::StepMetrics m = step;
-  r.last_step = m;
-  // A rank that reports a step has started, whatever its worker's next heartbeat says.
-  if (!r.reported) {
-    r.reported = true;
-    r.received = clock_->Now();
-    MaybeRunning(e);
+  if (!late) {
+    r.last_step = m;
+    e.stepped = true;
+    // A rank that reports a step has started, whatever its worker's next heartbeat says.
+    if (!r.reported) {
+      r.reported = true;
+      r.received = clock_->Now();
+      MaybeRunning(e);
+    }
+    // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
+    e.stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() + m.backward_seconds() +
+                                        m.optimizer_seconds());
   }
-  // backward_seconds already excludes the wait for gradient buckets (allreduce_wait).
-  e.stragglers->AddStep(m.rank(), m.data_seconds() + m.forward_seconds() + m.backward_seconds() +
-                                      m.optimizer_seconds());
   if (m.rank() != 0) return OkStatus();
   const auto now = clock_->Now();
   if (e.last_step_at != Clock::TimePoint{} && m.step() > e.job.last_step().step()) {

@@ -79,7 +79,9 @@ void Coordinator::OnRankExit(Entry& e, RankRuntime& r) {
   if (code != 0) {
     if (e.job.cancel_requested()) return;  // stopping as asked; CheckStopped ends it
     // Exit code 2: the rank rejected the job itself (a bad spec, missing data): no restart helps.
-    return FailAttempt(e, {ExitReason(r.placement, r.status), code, step, code != 2});
+    const std::string reason = ExitReason(r.placement, r.status);
+    if (code != 2 && RegroupWithout(e, r.placement.rank(), reason)) return;
+    return FailAttempt(e, {reason, code, step, code != 2});
   }
   // A rank that exits 0 before the job's last step did not finish it. Ranks asked to stop (a
   // cancel) may stop anywhere; those of an attempt that is over never get here (OnRankStatus).
@@ -89,10 +91,11 @@ void Coordinator::OnRankExit(Entry& e, RankRuntime& r) {
   };
   const bool asked_to_stop = e.stopping || e.job.cancel_requested();
   if (early(r) && !asked_to_stop) {
-    return FailAttempt(
-        e, {RankName(r.placement) + " exited 0 at step " + std::to_string(step) + " of " +
-                std::to_string(TotalSteps(r.status, r.last_step)) + ": before the last step",
-            0, step, true});
+    const std::string reason = RankName(r.placement) + " exited 0 at step " + std::to_string(step) +
+                               " of " + std::to_string(TotalSteps(r.status, r.last_step)) +
+                               ": before the last step";
+    if (RegroupWithout(e, r.placement.rank(), reason)) return;
+    return FailAttempt(e, {reason, 0, step, true});
   }
   const bool all_done = std::all_of(e.ranks.begin(), e.ranks.end(), [&](const auto& kv) {
     return kv.second.status.exited() && kv.second.status.exit_code() == 0 && !early(kv.second);
@@ -148,6 +151,7 @@ void Coordinator::CheckHang(Entry& e) {
   JobEvent event;
   *event.mutable_diagnosis() = *d;
   (void)Emit(e, std::move(event));
+  if (RegroupWithout(e, d->rank(), d->message())) return;  // an elastic job: the others go on
   FailAttempt(e, {d->message(), /*exit_code=*/0, d->step(), /*restartable=*/true});
 }
 

@@ -49,6 +49,7 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   info.set_metrics_address(req.metrics_address());
   info.set_memory_bytes(req.memory_bytes());
   registry_.Register(info);
+  suspect_.erase(req.name());  // Note [Regroups]
   outbox_[req.name()].clear();
   WakeWorker(req.name(), /*drop=*/true);  // an older stream of this worker ends
   TY_LOG(INFO) << "worker " << req.name() << " (" << req.host()
@@ -62,21 +63,29 @@ StatusOr<trainyard::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     Entry& e = *jobs_[id];
     if (e.ranks.empty() || (!ActiveAttempt(e) && !e.stopping)) continue;
     const int attempt = e.job.attempts_size();
+    std::string gone;  // why the attempt lost a rank (the first one missing)
     for (auto& [rank, r] : e.ranks) {
       if (r.placement.worker() != req.name() || r.status.exited()) continue;
       if (reported.count({id, attempt, rank})) continue;
-      if (e.job.state() == trainyard::v1::SCHEDULED && !r.reported) {
-        // Never started: the assignment was lost with a stream; send it again.
+      if (!r.reported && (e.job.state() == trainyard::v1::SCHEDULED || Elastic(e))) {
+        // Never started: the assignment was lost with a stream; send it again. (An elastic
+        // job's rank of a regroup that its worker lost starts afresh and takes its state from
+        // the live members.)
         ResendAssignment(e, req.name());
         break;
       }
       // Exited before the abort: no worker will report its exit, and its slot is free.
       r.status.set_exited(true);
-      if (ActiveAttempt(e)) {
-        AbortAttempt(e, "worker " + req.name() + " (" + req.host() + ") came back without " +
-                            RankName(r.placement) + " of attempt " + std::to_string(attempt));
+      if (gone.empty()) {
+        gone = "worker " + req.name() + " (" + req.host() + ") came back without " +
+               RankName(r.placement) + " of attempt " + std::to_string(attempt);
       }
     }
+    // An elastic job's other ranks regroup (coordinator_elastic.cc); else the attempt ends.
+    if (gone.empty() || !ActiveAttempt(e) || (Elastic(e) && Regroup(e, LiveRanks(e), {}, gone))) {
+      continue;
+    }
+    AbortAttempt(e, gone);
   }
   for (const auto& s : req.ranks()) OnRankStatus(req.name(), s);
   trainyard::v1::RegisterWorkerResponse out;
@@ -190,9 +199,11 @@ void Coordinator::CheckLiveness(Entry& e) {
     if (registry_.IsAlive(worker)) continue;
     const WorkerRegistry::Entry* w = registry_.Find(worker);
     if (w != nullptr) {
-      return AbortAttempt(e, "worker " + worker + " (" + r.placement.host() +
-                                 ") lost: no heartbeat for " +
-                                 FormatSeconds(SecondsOf(now - w->last_heartbeat)));
+      const std::string why = "worker " + worker + " (" + r.placement.host() +
+                              ") lost: no heartbeat for " +
+                              FormatSeconds(SecondsOf(now - w->last_heartbeat));
+      if (Elastic(e) && Regroup(e, LiveRanks(e), {}, why)) return;  // coordinator_elastic.cc
+      return AbortAttempt(e, why);
     }
     if (now - started_ >= options_.heartbeat_timeout) {
       return AbortAttempt(e, "worker " + worker + " (" + r.placement.host() +

@@ -38,9 +38,12 @@ void Add(const WorkerCapacity& w, size_t count, std::vector<trainyard::v1::RankP
 GangRequest GangOf(const std::string& job_id, const spec::JobSpec& spec) {
   constexpr int64_t kUnknownVocabulary = 256;
   const spec::MemoryEstimate m = spec::EstimateRankMemory(spec, kUnknownVocabulary);
+  const spec::ParallelismSpec& p = spec.parallelism;
+  const bool elastic = spec::IsElastic(p);
   return {job_id,
-          spec.parallelism.world_size,
-          spec.parallelism.ranks_per_node,
+          elastic ? spec::MaxWorldSize(p) : p.world_size,
+          p.ranks_per_node,
+          elastic ? spec::MinWorldSize(p) : 0,
           spec.device == "cuda",
           m.total_bytes(),
           m.Describe()};
@@ -90,11 +93,14 @@ std::optional<std::vector<trainyard::v1::RankPlacement>> PlaceGang(
     if (ranks.size() == world) break;
     Add(*w, std::min(RanksThatFit(*w, job), world - ranks.size()), &ranks);
   }
-  if (ranks.size() < world) return std::nullopt;
+  const size_t least = job.min_world_size > 0 ? static_cast<size_t>(job.min_world_size) : world;
+  if (ranks.size() < least) return std::nullopt;
   return ranks;
 }
 
-Status CheckCanEverFit(const GangRequest& job, const std::vector<WorkerCapacity>& workers) {
+Status CheckCanEverFit(const GangRequest& request, const std::vector<WorkerCapacity>& workers) {
+  GangRequest job = request;  // an elastic job can run with its min_world_size
+  if (job.min_world_size > 0) job.world_size = job.min_world_size;
   std::vector<WorkerCapacity> empty = workers;
   int total = 0;
   int64_t most_memory = 0;
@@ -117,8 +123,9 @@ Status CheckCanEverFit(const GangRequest& job, const std::vector<WorkerCapacity>
         "or add memory");
   }
   const std::string unit = job.gpu ? "GPU" : "CPU slot";
-  std::string need = "parallelism.world_size = " + std::to_string(job.world_size) + " needs " +
-                     std::to_string(job.world_size) + " " + unit + "s";
+  const char* field = request.min_world_size > 0 ? "min_world_size" : "world_size";
+  std::string need = "parallelism." + std::string(field) + " = " + std::to_string(job.world_size) +
+                     " needs " + std::to_string(job.world_size) + " " + unit + "s";
   if (job.ranks_per_node > 0) {
     need += ", " + std::to_string(job.ranks_per_node) + " on each of " +
             std::to_string(job.world_size / job.ranks_per_node) + " workers";

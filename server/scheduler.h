@@ -31,6 +31,9 @@ struct GangRequest {
   std::string job_id;
   int world_size = 1;
   int ranks_per_node = 0;  // 0: any number of ranks per worker
+  // An elastic job (spec::IsElastic): world_size is its max_world_size and it may be placed
+  // with as few as min_world_size ranks when no more fit (prefer more). 0: world_size.
+  int min_world_size = 0;
   bool gpu = false;
   // Each rank's memory (spec::EstimateRankMemory; 0: unknown, no check), and its Describe()
   // for messages.
@@ -51,7 +54,8 @@ WorkerCapacity CapacityOf(const trainyard::v1::WorkerInfo& info, bool gpu);
 // GPU's own) does not hold that many ranks.
 size_t RanksThatFit(const WorkerCapacity& w, const GangRequest& job);
 
-// Ranks 0..world_size-1 on `workers`' free slots, or nullopt when they do not fit now. Ranks on
+// Ranks 0..world_size-1 (an elastic job: as many as fit, at least min_world_size) on `workers`'
+// free slots, or nullopt when they do not fit now. Ranks on
 // one worker get consecutive numbers. With ranks_per_node == 0 the job is packed onto as few
 // workers as it fits on (most free slots first, then by name); otherwise world_size /
 // ranks_per_node workers get ranks_per_node ranks each.

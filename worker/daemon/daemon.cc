@@ -197,6 +197,8 @@ class Daemon {
     } else if (c.has_abort() || c.has_cancel()) {
       const v1::StopRanks& s = c.has_abort() ? c.abort() : c.cancel();
       ranks.Stop(s.job_id(), s.attempt(), s.checkpoint());
+    } else if (c.has_regroup()) {
+      ranks.Regroup(c.regroup());  // an elastic job's ranks here continue in a new group
     }
   }
 

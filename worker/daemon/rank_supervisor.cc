@@ -75,14 +75,15 @@ Status RankSupervisor::Spawn(const trainyard::v1::Assignment& a,
            {ranks::kSlotEnv, std::to_string(p.slot())},
            {ranks::kWorldSizeEnv, std::to_string(a.world_size())},
            {ranks::kSpecEnv, spec_path},
-           {ranks::kReportFdEnv, std::to_string(ranks::kChildReportFd)}}) {
+           {ranks::kReportFdEnv, std::to_string(ranks::kChildReportFd)},
+           {ranks::kCommandFdEnv, std::to_string(ranks::kChildCommandFd)}}) {
     extra.push_back(std::string(name) + "=" + value);
   }
   ranks::ProcessOptions po;
   po.program = options_.program;
   po.argv = {options_.program, "rank"};
   po.env = ranks::RankEnvironment(DaemonOnly, extra, options_.threads_per_rank);
-  po.discard_stdout = po.capture_stderr = po.report_pipe = true;
+  po.discard_stdout = po.capture_stderr = po.report_pipe = po.command_pipe = true;
   ASSIGN_OR_RETURN(std::unique_ptr<ranks::RankProcess> process, ranks::RankProcess::Start(po));
   Rank& r = ranks_[{a.job_id(), a.attempt(), p.rank()}];
   r.status.set_job_id(a.job_id());
@@ -115,6 +116,43 @@ void RankSupervisor::Stop(const std::string& job_id, int attempt, bool checkpoin
   }
 }
 
+void RankSupervisor::Regroup(const trainyard::v1::Regroup& g) {
+  std::map<int, int> to;  // from rank: rank
+  for (const auto& r : g.ranks()) to[r.from_rank()] = r.rank();
+  std::vector<Key> listed;
+  for (const auto& [key, r] : ranks_) {
+    if (std::get<0>(key) != g.job_id() || std::get<1>(key) != g.from_attempt()) continue;
+    if (to.count(std::get<2>(key))) listed.push_back(key);
+  }
+  for (const Key& key : listed) {
+    const int rank = to[std::get<2>(key)];
+    if (ranks_.count({g.job_id(), g.attempt(), rank})) continue;  // a repeat
+    auto node = ranks_.extract(key);
+    node.key() = Key{g.job_id(), g.attempt(), rank};
+    Rank& r = node.mapped();
+    r.status.set_attempt(g.attempt());
+    r.status.set_rank(rank);
+    r.status.set_regrouping(false);  // until it says it left the new group
+    r.status.clear_group_error();
+    r.status.set_collectives_issued(0);  // none yet in the new group
+    r.status.set_collectives_done(0);
+    r.collective_since = SteadyClock::now();
+    const bool told =
+        r.process->SendCommand(Json::Object({{"type", "regroup"},
+                                             {"attempt", static_cast<int64_t>(g.attempt())},
+                                             {"secret", g.secret()},
+                                             {"rank", static_cast<int64_t>(rank)},
+                                             {"world_size", static_cast<int64_t>(g.world_size())},
+                                             {"at_step_boundary", g.at_step_boundary()}})
+                                   .Dump());
+    TY_LOG(INFO) << "rank " << std::get<2>(key) << " of " << g.job_id() << " attempt "
+                 << g.from_attempt() << " continues as rank " << rank << " of " << g.world_size()
+                 << " in attempt " << g.attempt() << (told ? "" : " (its command pipe is gone)");
+    ranks_.insert(std::move(node));
+  }
+  Stop(g.job_id(), g.from_attempt(), /*checkpoint=*/false);  // the ranks not listed
+}
+
 void RankSupervisor::StopAll(bool checkpoint) {
   std::vector<std::pair<std::string, int>> attempts;
   for (const auto& [key, r] : ranks_) attempts.emplace_back(std::get<0>(key), std::get<1>(key));
@@ -143,8 +181,18 @@ void RankSupervisor::OnReport(Rank& r, const std::string& line) {
   r.status.set_step(num("step"));
   const Json* phase = json->Find("phase");
   if (phase && phase->is_string()) r.status.set_phase(phase->string_value());
-  r.status.set_collectives_issued(num("issued"));
-  r.status.set_collectives_done(num("done"));
+  // Elastic jobs: a line about the group of an earlier attempt (a rank rekeyed by Regroup that
+  // has not left it yet) says nothing of this attempt's collectives, nor that it regroups.
+  const Json* regrouping = json->Find("regrouping");
+  const Json* group_attempt = json->Find("attempt");
+  const bool left = regrouping && regrouping->is_bool() && regrouping->bool_value();
+  const bool of_this = !group_attempt || !group_attempt->is_integer() ||
+                       group_attempt->int_value() >= r.status.attempt();
+  r.status.set_collectives_issued(of_this ? num("issued") : 0);
+  r.status.set_collectives_done(of_this ? num("done") : 0);
+  r.status.set_regrouping(left && of_this);
+  const Json* why = json->Find("group_error");
+  r.status.set_group_error(left && of_this && why && why->is_string() ? why->string_value() : "");
   r.status.clear_links();
   if (const Json* links = json->Find("links"); links && links->is_array()) {
     for (const Json& l : links->items()) {
@@ -158,7 +206,8 @@ void RankSupervisor::OnReport(Rank& r, const std::string& line) {
   }
   ParseFlightRecords(*json, &r.status);
   r.phase_since = r.last_report - std::chrono::milliseconds(num("phase_age_ms"));
-  r.collective_since = r.last_report - std::chrono::milliseconds(num("collective_age_ms"));
+  r.collective_since =
+      r.last_report - std::chrono::milliseconds(of_this ? num("collective_age_ms") : 0);
 }
 
 void RankSupervisor::OnStderr(Rank& r, const std::string& line) {

@@ -2,7 +2,9 @@
 // per assigned slot (rank.h) as a RankProcess (worker/ranks/process.h, what `trainyard train
 // --nproc` starts too), reads each one's report pipe and the tail of its stderr, reaps its
 // exit, and stops ranks on request: SIGTERM (the rank checkpoints at a step all ranks agree
-// on and exits) and SIGKILL after the grace period, or SIGKILL at once.
+// on and exits) and SIGKILL after the grace period, or SIGKILL at once. An elastic job's ranks
+// regroup (Regroup): the supervisor rekeys them to their new attempt and rank and tells each
+// through its command pipe (kCommandFdEnv).
 //
 // Every process is forked from the thread that calls Poll(), which must live as long as the
 // supervisor: ranks die with that thread (PR_SET_PDEATHSIG), so a daemon killed with SIGKILL
@@ -48,6 +50,12 @@ class RankSupervisor {
   // Stops the attempt's ranks (every attempt of the job when attempt is 0).
   void Stop(const std::string& job_id, int attempt, bool checkpoint);
   void StopAll(bool checkpoint);
+  // The ranks of (job, from_attempt) listed in `g` continue as ranks of g.attempt: each is
+  // rekeyed (its status too) and gets one line on its command pipe,
+  //   {"type":"regroup","attempt":A,"secret":S,"rank":R,"world_size":M,"at_step_boundary":B}
+  // (an exited one is rekeyed too: its exit is then the new attempt's news). Those not listed
+  // are killed (SIGKILL). A repeated command finds nothing left to do.
+  void Regroup(const trainyard::v1::Regroup& g);
   // Reads reports, reaps exits and escalates stops; waits up to `timeout` for output.
   void Poll(std::chrono::milliseconds timeout);
 

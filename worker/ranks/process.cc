@@ -27,17 +27,21 @@ void CloseAll(std::initializer_list<int> fds) {
 }
 
 // In the child, after fork: async-signal-safe calls only. `report` and `err` are write ends
-// (-1: not captured), `devnull` is /dev/null for a discarded stdout (-1: inherited).
+// and `command` a read end (-1: not captured), `devnull` is /dev/null for a discarded stdout
+// (-1: inherited). Each is first copied above the fds it goes to, so none overwrites another.
 [[noreturn]] void Exec(const char* path, char* const* argv, char* const* env, pid_t parent,
-                       int report, int err, int devnull) {
+                       int report, int err, int command, int devnull) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);  // the parent died before prctl
-  if (report == kChildReportFd) {
-    ::fcntl(kChildReportFd, F_SETFD, 0);  // dup2 onto itself would keep O_CLOEXEC
-  } else if (report >= 0) {
-    ::dup2(report, kChildReportFd);  // dup2 clears O_CLOEXEC on the copy
-  }
+  auto high = [](int fd) { return fd >= 0 ? ::fcntl(fd, F_DUPFD_CLOEXEC, 10) : -1; };
+  report = high(report);
+  err = high(err);
+  command = high(command);
+  devnull = high(devnull);
+  // dup2 clears O_CLOEXEC on the copy: only these stay open across exec.
+  if (report >= 0) ::dup2(report, kChildReportFd);
+  if (command >= 0) ::dup2(command, kChildCommandFd);
   if (err >= 0) ::dup2(err, STDERR_FILENO);
   if (devnull >= 0) ::dup2(devnull, STDOUT_FILENO);
   ::execve(path, argv, env);
@@ -50,24 +54,28 @@ void CloseAll(std::initializer_list<int> fds) {
 }  // namespace
 
 StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const ProcessOptions& o) {
-  int report[2] = {-1, -1}, err[2] = {-1, -1};
+  int report[2] = {-1, -1}, err[2] = {-1, -1}, command[2] = {-1, -1};
   if ((o.report_pipe && ::pipe2(report, O_CLOEXEC) != 0) ||
-      (o.capture_stderr && ::pipe2(err, O_CLOEXEC) != 0)) {
+      (o.capture_stderr && ::pipe2(err, O_CLOEXEC) != 0) ||
+      (o.command_pipe && ::pipe2(command, O_CLOEXEC) != 0)) {
     Status failed = ErrnoStatus("starting a rank (pipe)");
-    CloseAll({report[0], report[1], err[0], err[1]});
+    CloseAll({report[0], report[1], err[0], err[1], command[0], command[1]});
     return failed;
   }
+  if (command[1] >= 0) ::fcntl(command[1], F_SETFL, O_NONBLOCK);
   const int devnull = o.discard_stdout ? ::open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
   std::vector<std::string> argv = o.argv, env = o.env;
   std::vector<char*> argv_p = Pointers(argv), env_p = Pointers(env);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid == 0)
-    Exec(o.program.c_str(), argv_p.data(), env_p.data(), parent, report[1], err[1], devnull);
+  if (pid == 0) {
+    Exec(o.program.c_str(), argv_p.data(), env_p.data(), parent, report[1], err[1], command[0],
+         devnull);
+  }
   const Status failed = pid < 0 ? ErrnoStatus("starting a rank (fork)") : OkStatus();
-  CloseAll({report[1], err[1], devnull});
+  CloseAll({report[1], err[1], command[0], devnull});
   if (!failed.ok()) {
-    CloseAll({report[0], err[0]});
+    CloseAll({report[0], err[0], command[1]});
     return failed;
   }
   ::setpgid(pid, pid);  // as the child does: the group exists before anyone signals it
@@ -75,6 +83,7 @@ StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const ProcessOptions& 
   p->pid_ = pid;
   p->report_fd_ = report[0];
   p->err_fd_ = err[0];
+  p->command_fd_ = command[1];
   return p;
 }
 
@@ -84,6 +93,16 @@ RankProcess::~RankProcess() {
   for (int i = 0; i < 500 && !Reap(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CloseOutput();
+  CloseAll({command_fd_});
+}
+
+bool RankProcess::SendCommand(const std::string& line) {
+  if (command_fd_ < 0 || reaped()) return false;
+  // A rank that exited before it was reaped would raise SIGPIPE in the writer.
+  static const bool sigpipe_ignored = ::signal(SIGPIPE, SIG_IGN) != SIG_ERR;
+  (void)sigpipe_ignored;
+  const std::string text = line + "\n";  // far below PIPE_BUF: written whole or not at all
+  return ::write(command_fd_, text.data(), text.size()) == static_cast<ssize_t>(text.size());
 }
 
 void RankProcess::Signal(int sig) const {

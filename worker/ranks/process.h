@@ -22,6 +22,8 @@ namespace trainyard::ranks {
 
 // fd 3 in the child: the report pipe's write end (its number is passed as kReportFdEnv).
 inline constexpr int kChildReportFd = 3;
+// fd 4 in the child: the command pipe's read end (its number is passed as kCommandFdEnv).
+inline constexpr int kChildCommandFd = 4;
 
 struct ProcessOptions {
   std::string program;            // executed as is (no PATH search)
@@ -30,6 +32,7 @@ struct ProcessOptions {
   bool discard_stdout = false;    // else inherited
   bool capture_stderr = false;    // else inherited
   bool report_pipe = false;       // a pipe on the child's kChildReportFd
+  bool command_pipe = false;      // a pipe on the child's kChildCommandFd (SendCommand)
 };
 
 class RankProcess {
@@ -56,6 +59,10 @@ class RankProcess {
   // Whether a captured stream is still open (its last lines may still come).
   bool output_open() const { return err_fd_ >= 0 || report_fd_ >= 0; }
   void CloseOutput();
+  // Writes `line` and a newline to the command pipe without blocking: false when there is no
+  // pipe, the rank is gone or the pipe is full (the rank does not read). The first call makes
+  // the process ignore SIGPIPE (a rank may exit before it is reaped).
+  bool SendCommand(const std::string& line);
 
   // Waits up to `timeout` for output from any of `processes` (sleeping when none has a stream
   // open) and passes each whole line to on_line with the index of its process in `processes`;
@@ -73,6 +80,7 @@ class RankProcess {
   pid_t pid_ = -1;
   int wait_status_ = -1;
   int err_fd_ = -1, report_fd_ = -1;  // read ends; -1 when not captured or closed
+  int command_fd_ = -1;               // the command pipe's write end (non-blocking); -1: none
   std::string err_partial_, report_partial_;
 };
 

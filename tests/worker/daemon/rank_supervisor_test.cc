@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <map>
 
 #include "tests/testing/temp_dir.h"
 
@@ -162,6 +163,55 @@ TEST(RankSupervisorTest, AbortKillsAtOnceAndARepeatedAssignmentStartsNothing) {
   for (const auto& st : s.Statuses()) {
     EXPECT_EQ(st.exit_code(), 128 + SIGKILL);
     EXPECT_EQ(st.error().find("out-of-memory"), std::string::npos) << st.error();
+  }
+}
+
+// An elastic job's regroup: listed ranks are rekeyed and read their line from the command
+// pipe; the one not listed is killed. A rank's `regrouping` is its current attempt's only.
+TEST(RankSupervisorTest, RegroupRekeysTheListedRanksTellsThemAndKillsTheOthers) {
+  testing::TempDir dir;
+  SupervisorOptions o;
+  o.program = Script(dir,
+                     "echo '{\"type\":\"status\",\"step\":1,\"regrouping\":true,"
+                     "\"group_error\":\"reset\",\"attempt\":1}' >&3\n"
+                     "read line <&$TRAINYARD_COMMAND_FD\necho \"$line\" >&2\nexit 3");
+  o.work_dir = dir.File("work");
+  RankSupervisor s(o);
+  ASSERT_TRUE(s.Start(Assign(3)).ok());
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  auto regrouping = [&] {
+    int n = 0;
+    for (const auto& st : s.Statuses()) n += st.regrouping() && st.group_error() == "reset";
+    return n;
+  };
+  while (regrouping() < 3 && std::chrono::steady_clock::now() < deadline) s.Poll(50ms);
+  ASSERT_EQ(regrouping(), 3);
+
+  trainyard::v1::Regroup g;
+  g.set_job_id("job-1");
+  g.set_from_attempt(1);
+  g.set_attempt(2);
+  g.set_secret("s2");
+  g.set_world_size(2);
+  for (auto [from, to] : {std::pair{2, 0}, std::pair{0, 1}}) {
+    auto* remap = g.add_ranks();
+    remap->set_from_rank(from);
+    remap->set_rank(to);
+  }
+  s.Regroup(g);
+  s.Regroup(g);  // a repeat changes nothing
+  ASSERT_TRUE(PollUntilExited(s, 10s));
+  std::map<std::pair<int, int>, trainyard::v1::RankStatus> by_key;
+  for (const auto& st : s.Statuses()) by_key[{st.attempt(), st.rank()}] = st;
+  ASSERT_EQ(by_key.size(), 3u);
+  EXPECT_EQ(by_key[std::pair(1, 1)].exit_code(), 128 + SIGKILL) << "not listed";
+  for (int rank : {0, 1}) {
+    const trainyard::v1::RankStatus& st = by_key[std::pair(2, rank)];
+    EXPECT_EQ(st.exit_code(), 3) << rank;
+    EXPECT_FALSE(st.regrouping()) << "it left attempt 1's group, not attempt 2's";
+    EXPECT_EQ(st.error(), R"({"type":"regroup","attempt":2,"secret":"s2","rank":)" +
+                              std::to_string(rank) +
+                              R"(,"world_size":2,"at_step_boundary":false})");
   }
 }
 
