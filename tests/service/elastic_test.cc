@@ -66,6 +66,16 @@ AroundRegroup Around(const std::vector<v1::JobEvent>& events, int n) {
   return a;
 }
 
+// Step events after the n-th regroup event.
+int StepsAfterRegroup(const std::vector<v1::JobEvent>& events, int n) {
+  int seen = 0, steps = 0;
+  for (const auto& e : events) {
+    if (IsRegroup(e)) ++seen;
+    if (seen >= n && e.has_step()) ++steps;
+  }
+  return steps;
+}
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -188,13 +198,14 @@ TEST(ElasticTest, RepeatedKillsAndRestartsDuringOneRunLoseNoStep) {
     const auto events = watch.events();
     return static_cast<int>(std::count_if(events.begin(), events.end(), IsRegroup));
   };
-  // Waits until the group has `size` ranks and has completed a step since; the first step after
-  // regroup event n + 1 then comes back.
+  // Waits until the group has `size` ranks and has completed two steps since the last regroup
+  // (the first may be one the old group finished before a grow); the first step after regroup
+  // event n + 1 then comes back.
   auto settle = [&](int size, int n) {
     EXPECT_TRUE(WaitUntil(
         [&] {
           return CurrentWorldSize(cluster, job->id()) == size &&
-                 Around(watch.events(), regroups()).after > 0;
+                 StepsAfterRegroup(watch.events(), regroups()) >= 2;
         },
         60s))
         << watch.Describe() << cluster.Logs();
