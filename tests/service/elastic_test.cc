@@ -217,7 +217,9 @@ TEST(ElasticTest, RepeatedKillsAndRestartsDuringOneRunLoseNoStep) {
     const int before = regroups();
     cluster.worker(victim).Kill(SIGKILL);
     const AroundRegroup a = settle(2, before);
-    if (a.after > 0) EXPECT_LE(a.after, a.before + 2) << "kill " << k;
+    if (a.after > 0) {
+      EXPECT_LE(a.after, a.before + 2) << "kill " << k;
+    }
     cluster.StartWorker(victim);
     settle(3, regroups());
   }
