@@ -321,6 +321,10 @@ class Coordinator {
 // stream's response, once per distinct reason and at most 16 (ReportMetricsResponse.refused).
 void AddRefusal(trainyard::v1::ReportMetricsResponse* response, const Status& refused);
 
+// The command that makes a worker stop (SIGKILL) its ranks of `attempt` of job `job_id`.
+trainyard::v1::WorkerCommand AbortCommand(const std::string& job_id, int attempt,
+                                          const std::string& reason);
+
 const char* JobStateName(trainyard::v1::JobState state);
 // "cancelled", or "cancelled by <client>".
 std::string CancelReason(const trainyard::v1::Job& job);

@@ -96,12 +96,7 @@ void Coordinator::StopRanks(Entry& e, bool checkpoint, const std::string& reason
 void Coordinator::OnRankStatus(const std::string& worker, const trainyard::v1::RankStatus& s) {
   Entry* e = Find(s.job_id());
   auto stale = [&] {
-    if (s.exited()) return;
-    WorkerCommand c;
-    c.mutable_abort()->set_job_id(s.job_id());
-    c.mutable_abort()->set_attempt(s.attempt());
-    c.mutable_abort()->set_reason("the attempt is over");
-    Send(worker, std::move(c));
+    if (!s.exited()) Send(worker, AbortCommand(s.job_id(), s.attempt(), "the attempt is over"));
   };
   if (e == nullptr || s.attempt() != e->job.attempts_size()) return stale();
   auto it = e->ranks.find(s.rank());
@@ -179,6 +174,14 @@ Status Coordinator::ReportMetrics(const trainyard::v1::MetricsReport& report) {
   return Emit(*e, std::move(event));
 }
 
+WorkerCommand AbortCommand(const std::string& job_id, int attempt, const std::string& reason) {
+  WorkerCommand c;
+  c.mutable_abort()->set_job_id(job_id);
+  c.mutable_abort()->set_attempt(attempt);
+  c.mutable_abort()->set_reason(reason);
+  return c;
+}
+
 void AddRefusal(trainyard::v1::ReportMetricsResponse* response, const Status& refused) {
   const std::string why(refused.message());
   const auto& seen = response->refused();
@@ -198,11 +201,9 @@ Status Coordinator::RefuseStaleReport(Entry& e, const trainyard::v1::MetricsRepo
     TY_LOG(WARNING) << why << " (from worker " << (report.worker().empty() ? "?" : report.worker())
                     << "; logged once per attempt, counted in trainyard_stale_reports_total)";
     // Its ranks still run there: the worker stops them (as for a heartbeat naming them).
-    WorkerCommand c;
-    c.mutable_abort()->set_job_id(e.job.id());
-    c.mutable_abort()->set_attempt(report.attempt());
-    c.mutable_abort()->set_reason(attempt + " is over");
-    if (!report.worker().empty()) Send(report.worker(), std::move(c));
+    if (!report.worker().empty()) {
+      Send(report.worker(), AbortCommand(e.job.id(), report.attempt(), attempt + " is over"));
+    }
   }
   return FailedPreconditionError(why);
 }

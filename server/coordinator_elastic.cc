@@ -122,13 +122,7 @@ bool Coordinator::Regroup(Entry& e, const std::vector<int>& members,
          RegroupCommand(e.job.id(), from, secret, static_cast<int>(m), at_step_boundary, pairs));
   }
   for (const std::string& worker : new_workers) ResendAssignment(e, worker);
-  for (const std::string& worker : stop) {
-    WorkerCommand c;
-    c.mutable_abort()->set_job_id(e.job.id());
-    c.mutable_abort()->set_attempt(from);
-    c.mutable_abort()->set_reason(reason);
-    Send(worker, std::move(c));
-  }
+  for (const std::string& worker : stop) Send(worker, AbortCommand(e.job.id(), from, reason));
   return true;
 }
 

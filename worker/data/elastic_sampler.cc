@@ -1,7 +1,5 @@
 #include "worker/data/elastic_sampler.h"
 
-#include <numeric>
-
 namespace trainyard::data {
 
 StatusOr<std::unique_ptr<ElasticSampler>> ElasticSampler::Create(int64_t n, int64_t batch,
@@ -28,14 +26,7 @@ StatusOr<std::unique_ptr<ElasticSampler>> ElasticSampler::Create(int64_t n, int6
 }
 
 std::vector<int64_t> ElasticSampler::EpochOrder(uint64_t epoch) const {
-  std::vector<int64_t> global;
-  if (shuffle_) {
-    TY_CHECK(epoch <= kMaxEpoch) << "epoch " << epoch << " is above the largest, " << kMaxEpoch;
-    global = RandomPermutation(n_, seed_, epoch);
-  } else {
-    global.resize(n_);
-    std::iota(global.begin(), global.end(), int64_t{0});
-  }
+  const std::vector<int64_t> global = GlobalOrder(n_, shuffle_, seed_, epoch);
   std::vector<int64_t> order;
   order.reserve(size());
   for (int64_t s = 0; s < steps_per_epoch(); ++s) {

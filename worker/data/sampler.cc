@@ -64,15 +64,18 @@ StatusOr<std::unique_ptr<DistributedSampler>> DistributedSampler::Create(int64_t
       new DistributedSampler(n, rank, world_size, shuffle, seed));
 }
 
-std::vector<int64_t> DistributedSampler::EpochOrder(uint64_t epoch) const {
-  std::vector<int64_t> global;
-  if (shuffle_) {
+std::vector<int64_t> GlobalOrder(int64_t n, bool shuffle, uint64_t seed, uint64_t epoch) {
+  if (shuffle) {
     TY_CHECK(epoch <= kMaxEpoch) << "epoch " << epoch << " is above the largest, " << kMaxEpoch;
-    global = RandomPermutation(n_, seed_, epoch);
-  } else {
-    global.resize(n_);
-    std::iota(global.begin(), global.end(), int64_t{0});
+    return RandomPermutation(n, seed, epoch);
   }
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  return order;
+}
+
+std::vector<int64_t> DistributedSampler::EpochOrder(uint64_t epoch) const {
+  std::vector<int64_t> global = GlobalOrder(n_, shuffle_, seed_, epoch);
   const int64_t total = size() * world_size_;
   global.reserve(total);
   // Padding from the start, cyclically: position i >= n holds position i - n (i mod n).

@@ -110,6 +110,11 @@ std::vector<int64_t> RandomPermutation(int64_t n, uint64_t seed, uint64_t stream
 // The largest epoch a RandomSampler accepts (see Note [Permutation stream]).
 inline constexpr uint64_t kMaxEpoch = (uint64_t{1} << 32) - 2;
 
+// The epoch's order of all n samples that the samplers sharing it among ranks cut up
+// (DistributedSampler, ElasticSampler): RandomPermutation(n, seed, epoch) when shuffling
+// (exactly RandomSampler(n, seed)'s order), else 0, 1, ..., n - 1.
+std::vector<int64_t> GlobalOrder(int64_t n, bool shuffle, uint64_t seed, uint64_t epoch);
+
 // A held-out split of n samples: round(eval_fraction * n) of them, chosen by a seeded
 // permutation, are `eval`; the rest `train`. Both lists are sorted. Deterministic in
 // (n, eval_fraction, seed). InvalidArgument unless 0 <= eval_fraction < 1.

@@ -21,11 +21,6 @@ StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
   }
   std::unique_ptr<DataParallel> dp(new DataParallel());
   dp->group_ = std::move(group);
-  // Every rank starts from rank 0's weights (and batch-norm statistics).
-  nn::NamedTensors all = model.NamedParameters();
-  for (auto& b : model.NamedBuffers()) all.push_back(b);
-  Status s = dist::BroadcastFromRank0(*dp->group_, all);
-  if (!s.ok()) return s.WithContext("broadcasting the initial weights from rank 0");
 
   dist::ReducerOptions options;
   options.bucket_bytes = static_cast<int64_t>(spec.bucket_size_mb * (1 << 20));
@@ -36,6 +31,14 @@ StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
   ASSIGN_OR_RETURN(dp->reducer_,
                    dist::Reducer::Create(model.NamedParameters(), dp->group_, options));
   return dp;
+}
+
+Status BroadcastWeightsFromRank0(dist::ProcessGroup& group, nn::Module& model) {
+  nn::NamedTensors all = model.NamedParameters();
+  for (auto& b : model.NamedBuffers()) all.push_back(b);
+  Status s = dist::BroadcastFromRank0(group, all);
+  if (!s.ok()) return s.WithContext("broadcasting the initial weights from rank 0");
+  return OkStatus();
 }
 
 Device DataParallel::Device() const { return reducer_->params().front().second.device(); }

@@ -1,8 +1,9 @@
 // DataParallel: what the Trainer adds when it is one rank of several (spec.parallelism).
 //
-//   Create     broadcasts rank 0's parameters and buffers and builds the Reducer (bucket sizes,
-//              compression, unused parameters from the spec; for zero_stage 1 it
-//              reduce-scatters, for the ZeroOptimizer that update_step.h builds over it).
+//   Create     builds the Reducer (bucket sizes, compression, unused parameters from the spec;
+//              for zero_stage 1 it reduce-scatters, for the ZeroOptimizer that update_step.h
+//              builds over it), once every rank holds the same weights: rank 0's, from
+//              BroadcastWeightsFromRank0 (or, elastic, the live state: trainer_elastic.cc).
 //   per step   Prepare/Finish around each backward (only the last micro-batch of a step
 //              synchronises); AgreeOnStep averages the loss over ranks and makes every rank stop
 //              at the same step when any of them was asked to (one 16-byte all-reduce).
@@ -55,6 +56,9 @@ class DataParallel {
   std::shared_ptr<dist::ProcessGroup> group_;
   std::unique_ptr<dist::Reducer> reducer_;
 };
+
+// Every rank's parameters and buffers (batch-norm statistics) become rank 0's.
+Status BroadcastWeightsFromRank0(dist::ProcessGroup& group, nn::Module& model);
 
 // The compression dtype named by parallelism.grad_compression ("bf16", "fp16"; "none": nullopt).
 std::optional<DType> CompressionDType(const std::string& name);

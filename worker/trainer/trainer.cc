@@ -233,8 +233,8 @@ data::Batch Trainer::OnDevice(const data::Batch& batch) {
 }
 
 Status Trainer::MakeLoaders() {
-  if (elastic_) {
-    RETURN_IF_ERROR(MakeElasticLoader());
+  if (elastic_) {  // the train loader: JoinElasticGroup, once the group's step is known
+    RETURN_IF_ERROR(ElasticStepsPerEpoch());
     total_steps_ = spec_.steps > 0 ? spec_.steps : spec_.epochs * steps_per_epoch_;
     MakeEvalLoader();
     return OkStatus();
@@ -300,6 +300,7 @@ Status Trainer::StartDataParallel() {
     gen_.SetState(gen_.seed() + kRankSeedStride * static_cast<uint64_t>(rank_), gen_.offset());
   }
   if (options_.process_group) {
+    RETURN_IF_ERROR(BroadcastWeightsFromRank0(*options_.process_group, *model_));
     ASSIGN_OR_RETURN(dp_, DataParallel::Create(options_.process_group, spec_.parallelism, *model_));
     RETURN_IF_ERROR(dp_->CheckSameStep(step_));
   }

@@ -293,7 +293,10 @@ class Trainer {
   int64_t RankMicroBatches() const;
   // The dropout stream of this rank's i-th micro-batch of the step.
   void SeedMicroBatch(int64_t i);
-  // train_loader_ over this rank's ElasticSampler, at step_'s position; steps_per_epoch_.
+  // steps_per_epoch_, which does not depend on the world size; InvalidArgument when a step
+  // needs more samples than the data has.
+  Status ElasticStepsPerEpoch();
+  // train_loader_ over this rank's ElasticSampler, at step_'s position.
   Status MakeElasticLoader();
   // Takes the most advanced member's state, then starts data parallelism over the group.
   Status JoinElasticGroup();

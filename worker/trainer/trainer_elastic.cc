@@ -39,20 +39,24 @@ void Trainer::SeedMicroBatch(int64_t i) {
   gen_.SetState(spec_.seed + kMicroBatchSeedStride * (j + 1), static_cast<uint64_t>(step_) << 32);
 }
 
+Status Trainer::ElasticStepsPerEpoch() {
+  // Note [Elastic shards]: the same at every world size (ElasticSampler::steps_per_epoch).
+  const int64_t samples_per_step = spec_.batch_size * StepMicroBatches();
+  steps_per_epoch_ = data_.train->size() / samples_per_step;
+  if (steps_per_epoch_ > 0) return OkStatus();
+  return InvalidArgumentError("batch_size = " + std::to_string(spec_.batch_size) +
+                              " x parallelism.grad_accumulation_steps x parallelism.world_size = " +
+                              std::to_string(StepMicroBatches()) + " micro-batches: a step's " +
+                              std::to_string(samples_per_step) + " samples are more than the " +
+                              std::to_string(data_.train->size()) + " training samples");
+}
+
 Status Trainer::MakeElasticLoader() {
   ASSIGN_OR_RETURN(
       std::unique_ptr<data::ElasticSampler> sampler,
       data::ElasticSampler::Create(data_.train->size(), spec_.batch_size, StepMicroBatches(), rank_,
                                    world_size_, spec_.data.shuffle, spec_.seed));
-  steps_per_epoch_ = sampler->steps_per_epoch();
-  if (steps_per_epoch_ == 0) {
-    return InvalidArgumentError(
-        "batch_size = " + std::to_string(spec_.batch_size) +
-        " x parallelism.grad_accumulation_steps x parallelism.world_size = " +
-        std::to_string(StepMicroBatches()) + " micro-batches: a step's " +
-        std::to_string(spec_.batch_size * StepMicroBatches()) + " samples are more than the " +
-        std::to_string(data_.train->size()) + " training samples");
-  }
+  TY_CHECK(sampler->steps_per_epoch() == steps_per_epoch_);
   shard_size_ = sampler->size();
   elastic_sampler_ = std::move(sampler);
   data::DataLoaderOptions options = LoaderOptions();
@@ -99,10 +103,8 @@ Status Trainer::JoinElasticGroup() {
   }
   step_ = applied_step_ = source->step;
   if (options_.progress) options_.progress->step.store(step_);
-  StatusOr<std::unique_ptr<DataParallel>> dp =
-      DataParallel::Create(group, spec_.parallelism, *model_);
-  RETURN_IF_ERROR(CollectiveResult(dp.status()));
-  dp_ = *std::move(dp);
+  // The weights are equal everywhere now: no broadcast from rank 0 (BroadcastWeightsFromRank0).
+  ASSIGN_OR_RETURN(dp_, DataParallel::Create(group, spec_.parallelism, *model_));
   RETURN_IF_ERROR(update_->Start(dp_.get()));
   RETURN_IF_ERROR(MakeElasticLoader());
   MakeEvalLoader();
