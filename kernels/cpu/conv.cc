@@ -11,9 +11,6 @@
 namespace trainyard::kernels::cpu {
 namespace {
 
-// Gemm splits a product over threads from this size on (kernels/cpu/gemm.h); below it the
-// batch is the dimension to spread over threads.
-constexpr int64_t kBlasThreadedWork = 2 * kGemmMinWorkPerPiece;
 // Partial weight gradients summed in a fixed order when the batch is split over threads. The
 // count depends on the batch size only, never on the thread count (determinism).
 constexpr int64_t kMaxWeightPartials = 16;
@@ -56,8 +53,10 @@ bool IsPointwise(const Conv2dShape& s) {
          s.pad_w == 0;
 }
 
+// When Gemm would not cut the per-image product over threads (kernels/cpu/gemm.h), the batch is
+// the dimension to spread over them.
 bool ParallelOverBatch(const Conv2dShape& s, const GemmDims& d) {
-  return s.batch > 1 && d.og * d.k * d.l < kBlasThreadedWork;
+  return s.batch > 1 && GemmBlocks(d.og, d.l, d.k) == 1;
 }
 
 int64_t ColSize(const Conv2dShape& s, const GemmDims& d) {

@@ -54,14 +54,16 @@ namespace {
 
 // Note [Split GEMM]
 // OpenBLAS runs on one thread here: its pthread pool spins after each call and would compete
-// with the ParallelFor pool for the same cores. A large float product is instead cut into
-// `pieces` blocks of rows (or columns) of C, one cblas_sgemm per block, one block per thread.
-// OpenBLAS computes each element of C the same way whatever the block it sits in, as long as
-// the block is far from the small-matrix kernels (which it picks below m * n * k = 1e6): every
-// element sums over k in the same panels in the same order. So with blocks of at least
-// kGemmMinWorkPerPiece, results are bit for bit those of one call, for any thread count
-// (tests/kernels/cpu/gemm_test.cc checks this). dgemm does not have that property (its
-// results move with the block shape), so double products always run as one call.
+// with the ParallelFor pool for the same cores. A large product is instead cut into blocks of
+// rows (or columns) of C, one cblas_?gemm per block, the blocks shared out over the pool.
+// How a product is cut depends on its shape alone (GemmBlocks), never on the thread count or
+// on whether the caller is already inside a ParallelFor: the same calls run whatever the
+// pool, so results are bit for bit the same with 1, 2 or 64 threads. (Cutting one block per
+// thread does not give that: OpenBLAS's micro-kernels take the edge of a matrix down a
+// different path, so an element's sum over k can change with the block it lands in.)
+// Blocks are at least kGemmMinBlockSide wide, so the repacking of the uncut operand per block
+// costs a few percent of one call; their count is a power of two, so 2, 4, 8... threads share
+// them evenly.
 
 void BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -85,18 +87,21 @@ void KeepBlasOnOneThread() {
   (void)done;
 }
 
-// How many blocks to cut a product into: one per thread, each at least kGemmMinWorkPerPiece.
-template <typename T>
-int64_t GemmPieces(int64_t m, int64_t n, int64_t k) {
-  if (sizeof(T) != sizeof(float) || internal::InParallelRegion()) return 1;
-  const int64_t threads = GetNumThreads();
-  if (threads <= 1) return 1;
-  const int64_t by_work = m * n * k / kGemmMinWorkPerPiece;
-  return std::max<int64_t>(1, std::min({threads, by_work, std::max(m, n)}));
-}
-
 }  // namespace
 #endif
+
+int64_t GemmBlocks(int64_t m, int64_t n, int64_t k) {
+#ifdef TY_HAVE_OPENBLAS
+  const int64_t most = std::min(
+      {m * n * k / kGemmMinWorkPerBlock, std::max(m, n) / kGemmMinBlockSide, kGemmMaxBlocks});
+  int64_t blocks = 1;
+  while (blocks * 2 <= most) blocks *= 2;
+  return blocks;
+#else
+  (void)m, (void)n, (void)k;
+  return 1;
+#endif
+}
 
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
@@ -105,7 +110,7 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 #ifdef TY_HAVE_OPENBLAS
   if (k > 0) {
     KeepBlasOnOneThread();
-    const int64_t pieces = GemmPieces<T>(m, n, k);
+    const int64_t pieces = GemmBlocks(m, n, k);
     if (pieces == 1) {
       BlasGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;

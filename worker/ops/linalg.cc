@@ -23,10 +23,9 @@ namespace {
 
 // Whether a batch of products is spread over threads one product per task (Gemm may be called
 // concurrently) rather than run one by one, each split over threads inside Gemm: when Gemm
-// would not split them (kernels/cpu/gemm.h).
-template <typename T>
+// would not cut them (kernels/cpu/gemm.h).
 bool SpreadBatch(int64_t count, int64_t m, int64_t n, int64_t k) {
-  return count > 1 && (sizeof(T) != sizeof(float) || m * n * k < 2 * kc::kGemmMinWorkPerPiece);
+  return count > 1 && kc::GemmBlocks(m, n, k) == 1;
 }
 
 // How a rows x cols matrix with strides (sr, sc) is handed to Gemm: stored row-major
@@ -95,7 +94,7 @@ void BatchedGemm(const Operand& a, const Operand& b, const Shape& batch, int64_t
     }
   };
   const int64_t count = batch.numel();
-  if (SpreadBatch<T>(count, m, n, k)) {
+  if (SpreadBatch(count, m, n, k)) {
     kc::ParallelFor(count, kc::GrainFor(m * n * k), run);
   } else {
     run(0, count);

@@ -80,35 +80,61 @@ TEST(GemmTest, BetaZeroIgnoresNanInTheOutput) {
   EXPECT_EQ(c, (std::vector<double>{19, 22, 43, 50}));
 }
 
-TEST(GemmTest, LargeFloatProductsAreBitwiseIdenticalForAnyThreadCount) {
-  // Large enough to be split over threads (Note [Split GEMM]); odd sizes, both cut directions
-  // (m >= n cuts rows, m < n columns), every transpose, beta 0 and 1.
+// Large enough to be cut into blocks (Note [Split GEMM]); odd sizes, both cut directions
+// (m >= n cuts rows, m < n columns), every transpose, beta 0 and 1.
+template <typename T>
+void CheckBitwiseIdenticalForAnyThreadCount() {
   std::mt19937 rng(11);
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> sizes = {
-      {301, 97, 419}, {45, 1713, 257}, {2048, 256, 64}, {128, 1031, 784}};
-  for (auto [m, n, k] : sizes)
+      {601, 97, 419}, {45, 1713, 257}, {2048, 256, 64}, {128, 1031, 784}};
+  const int before = GetNumThreads();
+  for (auto [m, n, k] : sizes) {
+    ASSERT_GT(GemmBlocks(m, n, k), 1) << m << "x" << n << "x" << k << " is not cut";
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         SCOPED_TRACE(::testing::Message()
                      << "ta=" << ta << " tb=" << tb << " m=" << m << " n=" << n << " k=" << k);
         const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-        auto a = RandomVector<float>(m * k, &rng);
-        auto b = RandomVector<float>(k * n, &rng);
-        auto c0 = RandomVector<float>(m * n, &rng);
-        auto run = [&](int threads, float beta) {
+        auto a = RandomVector<T>(m * k, &rng);
+        auto b = RandomVector<T>(k * n, &rng);
+        auto c0 = RandomVector<T>(m * n, &rng);
+        auto run = [&](int threads, T beta) {
           SetNumThreads(threads);
-          std::vector<float> c = c0;
-          Gemm<float>(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), n);
+          std::vector<T> c = c0;
+          Gemm<T>(ta, tb, m, n, k, T(1), a.data(), lda, b.data(), ldb, beta, c.data(), n);
           return c;
         };
-        const int before = GetNumThreads();
-        for (float beta : {0.0f, 1.0f}) {
-          const std::vector<float> one = run(1, beta), two = run(2, beta), three = run(3, beta);
+        for (T beta : {T(0), T(1)}) {
+          const std::vector<T> one = run(1, beta), two = run(2, beta), three = run(3, beta);
           EXPECT_EQ(one, two) << "beta=" << beta;
           EXPECT_EQ(one, three) << "beta=" << beta;
         }
-        SetNumThreads(before);
       }
+  }
+  SetNumThreads(before);
+}
+
+TEST(GemmTest, LargeFloatProductsAreBitwiseIdenticalForAnyThreadCount) {
+  CheckBitwiseIdenticalForAnyThreadCount<float>();
+}
+
+TEST(GemmTest, LargeDoubleProductsAreBitwiseIdenticalForAnyThreadCount) {
+  CheckBitwiseIdenticalForAnyThreadCount<double>();
+}
+
+TEST(GemmTest, TheCutDependsOnTheShapeAloneAndKeepsBlocksLarge) {
+  if (!GemmUsesBlas()) GTEST_SKIP() << "the reference kernel is never cut";
+  EXPECT_EQ(GemmBlocks(64, 64, 64), 1);      // less work than two blocks
+  EXPECT_EQ(GemmBlocks(200, 200, 4096), 1);  // narrower than two blocks
+  EXPECT_EQ(GemmBlocks(768, 64, 1024), 2);   // 3 blocks wide, rounded down to a power of two
+  const int before = GetNumThreads();
+  for (int threads : {1, 2, 5}) {
+    SetNumThreads(threads);
+    EXPECT_EQ(GemmBlocks(2048, 2048, 2048), 8) << threads << " threads";
+    EXPECT_EQ(GemmBlocks(1024, 384, 1024), 4) << threads << " threads";
+    EXPECT_EQ(GemmBlocks(int64_t{1} << 20, 16, 8), 32) << threads << " threads";
+  }
+  SetNumThreads(before);
 }
 
 }  // namespace
