@@ -158,7 +158,7 @@ void VisitParallelism(V& v, ParallelismSpec& s) {
   v.DoubleAbove("collective_timeout_seconds", &s.collective_timeout_seconds, 0, 86400);
   v.Bool("find_unused_parameters", &s.find_unused_parameters);
   v.Choice("grad_compression", &s.grad_compression, {"none", "bf16", "fp16"});
-  v.Choice("all_reduce_algorithm", &s.all_reduce_algorithm, {"ring", "ring_chunked"});
+  v.Choice("all_reduce_algorithm", &s.all_reduce_algorithm, {"auto", "ring", "ring_chunked"});
   v.Int("min_world_size", &s.min_world_size, 0, kMaxWorldSize);
   v.Int("max_world_size", &s.max_world_size, 0, kMaxWorldSize);
 }

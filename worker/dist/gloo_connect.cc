@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "gloo/transport/tcp/device.h"
 #include "worker/dist/gloo_internal.h"
 #include "worker/dist/gloo_process_group.h"
+#include "worker/dist/shm_internal.h"
 
 namespace trainyard::dist {
 namespace {
@@ -301,15 +303,42 @@ Status ConnectError(int rank, int size, const std::string& host, const MeshProgr
   return timed_out ? DeadlineExceededError(msg) : UnavailableError(msg);
 }
 
+// The shared-memory transport when every rank runs on this host (HostKey), else null. A segment
+// that cannot be made (no /dev/shm, too small) leaves the group on TCP, with a line on stderr;
+// the store failing is an error.
+StatusOr<std::unique_ptr<internal::ShmComm>> ShmIfOneHost(Store& store, int rank, int size,
+                                                          const ProcessGroupOptions& options) {
+  if (size < 2 || size > internal::kShmMaxRanks) return std::unique_ptr<internal::ShmComm>();
+  const std::string who = "gloo: rank " + std::to_string(rank);
+  const std::string key = internal::HostKey();
+  RETURN_IF_ERROR(store.Set("shm/host/" + std::to_string(rank), key).WithContext(who));
+  for (int r = 0; r < size; ++r) {
+    auto theirs = store.Get("shm/host/" + std::to_string(r), options.timeout);
+    if (!theirs.ok()) return theirs.status().WithContext(who + " reading the hosts");
+    if (*theirs != key) return std::unique_ptr<internal::ShmComm>();
+  }
+  std::vector<int> ranks(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  auto shm = internal::ShmComm::Create(store, ranks, rank, options.shm_tag, options.timeout);
+  if (shm.status().code() == StatusCode::kUnavailable) {
+    std::fprintf(stderr, "%s: shared memory unavailable, collectives go over TCP: %s\n",
+                 who.c_str(), shm.status().message().c_str());
+    return std::unique_ptr<internal::ShmComm>();
+  }
+  return shm;
+}
+
 }  // namespace
 
 // ---- Creation ----
 
 StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
     std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
-  if (options.algorithm != "ring" && options.algorithm != "ring_chunked") {
+  if (options.algorithm != "auto" && options.algorithm != "ring" &&
+      options.algorithm != "ring_chunked") {
     return InvalidArgumentError("gloo: algorithm \"" + options.algorithm +
-                                "\" is unknown; it must be \"ring\" or \"ring_chunked\"");
+                                "\" is unknown; it must be \"auto\", \"ring\" or "
+                                "\"ring_chunked\"");
   }
   if (options.transport == "ibverbs") {
     return UnimplementedError(
@@ -340,8 +369,13 @@ StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
     return ConnectError(rank, size, host, progress, adapter.error(), CleanGlooText(e.what()),
                         options.timeout);
   }
-  return std::unique_ptr<GlooProcessGroup>(new GlooProcessGroup(
-      rank, size, options, std::move(device), std::move(context), "tcp", std::move(peers)));
+  std::unique_ptr<internal::ShmComm> shm;
+  if (options.algorithm == "auto") {
+    ASSIGN_OR_RETURN(shm, ShmIfOneHost(*store, rank, size, options));
+  }
+  return std::unique_ptr<GlooProcessGroup>(
+      new GlooProcessGroup(rank, size, options, std::move(device), std::move(context),
+                           std::move(shm), std::move(peers)));
 }
 
 }  // namespace trainyard::dist

@@ -24,6 +24,14 @@ std::shared_ptr<T> Keep(GlooProcessGroup::KeepAlive& keep, Args&&... args) {
   return p;
 }
 
+// What an op's closure throws when a shared-memory collective fails; Run() names the op.
+struct ShmFailure {
+  Status status;
+};
+inline void ThrowIfFailed(Status st) {
+  if (!st.ok()) throw ShmFailure{std::move(st)};
+}
+
 // a mod n in [0, n), also for negative a.
 inline int Mod(int a, int n) { return ((a % n) + n) % n; }
 

@@ -52,6 +52,7 @@
 #include "gloo/types.h"
 #include "worker/dist/gloo_internal.h"
 #include "worker/dist/gloo_reduce.h"
+#include "worker/dist/shm_comm.h"
 
 namespace trainyard::dist {
 namespace {
@@ -63,6 +64,8 @@ using internal::Keep;
 using internal::kExchangeSlotPrefix;
 using internal::Mod;
 using internal::ReduceFn;
+using internal::ShmFailure;
+using internal::ThrowIfFailed;
 
 // Segment caps for the ring all-reduce (Note [Gloo algorithms]).
 constexpr size_t kRingSegmentBytes = 4 << 20;
@@ -81,6 +84,13 @@ constexpr size_t kExchangeSegmentBytes = 1 << 20;
 // race inside libgloo when a peer dies mid ring all-reduce, and only Gloo can fix it.
 
 // ---- Validation and names ----
+
+// `st` without its "<op name>: " prefix, for peers that will put their own op's name first.
+Status WithoutName(const Status& st, const std::string& name) {
+  const std::string prefix = name + ": ";
+  if (st.message().compare(0, prefix.size(), prefix) != 0) return st;
+  return Status(st.code(), st.message().substr(prefix.size()));
+}
 
 Status CheckTensor(const char* what, const Tensor& t) {
   if (!t.defined()) return InvalidArgumentError(std::string(what) + ": the tensor is undefined");
@@ -138,13 +148,15 @@ std::string CleanGlooText(const std::string& text) {
 
 GlooProcessGroup::GlooProcessGroup(int rank, int size, ProcessGroupOptions options,
                                    std::shared_ptr<gloo::transport::Device> device,
-                                   std::shared_ptr<gloo::Context> context, std::string transport,
+                                   std::shared_ptr<gloo::Context> context,
+                                   std::unique_ptr<internal::ShmComm> shm,
                                    std::map<std::string, int> peer_by_address)
     : ProcessGroup(rank, size),
       options_(std::move(options)),
       device_(std::move(device)),
       context_(std::move(context)),
-      transport_(std::move(transport)),
+      shm_(std::move(shm)),
+      transport_(shm_ ? "shm" : "tcp"),
       peer_by_address_(std::move(peer_by_address)) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -155,6 +167,7 @@ GlooProcessGroup::~GlooProcessGroup() {
     stop_ = true;
   }
   cv_.notify_all();
+  if (shm_) shm_->Abort("the process group was destroyed");
   thread_.join();
   context_.reset();
   device_.reset();
@@ -169,6 +182,7 @@ void GlooProcessGroup::Abort(const Status& why) {
     if (running_) works.push_back(running_);
     for (const Task& t : queue_) works.push_back(t.work);
   }
+  if (shm_) shm_->Abort(why.message());
   // Queued ops are not run (the group is broken); their Finish is then ignored.
   for (const auto& w : works) w->Abort(AbortedError(w->name() + ": aborted: " + why.message()));
 }
@@ -229,6 +243,7 @@ void GlooProcessGroup::Loop() {
         if (broken_.ok()) broken_ = st;
       }
       // Peers blocked on us fail now instead of at their timeout.
+      if (shm_) shm_->Break(WithoutName(st, task.work->name()));
       try {
         context_->closeConnections();
       } catch (const std::exception&) {
@@ -257,6 +272,8 @@ Status GlooProcessGroup::Run(Task& task) {
   try {
     task.run(task.seq, keep);
     return OkStatus();
+  } catch (const ShmFailure& e) {
+    return Status(e.status.code(), task.work->name() + ": " + e.status.message());
   } catch (const gloo::EnforceNotMet& e) {
     const std::string text = CleanGlooText(e.what());
     st = Contains(text, "imed out") || Contains(text, "imeout")
@@ -321,7 +338,9 @@ std::shared_ptr<Work> GlooProcessGroup::AllReduce(Tensor t, ReduceOp op) {
   return Enqueue("all_reduce", detail, sized, peers, error, [=](uint32_t tag, KeepAlive& keep) {
     if (t.numel() == 0 || size() == 1) return;
     const size_t elem = ElementSize(t.dtype());
-    if (size() == 2 && static_cast<size_t>(bytes) <= kExchangeMaxBytes) {
+    if (shm_) {
+      ThrowIfFailed(shm_->AllReduce(t.raw_data(), static_cast<size_t>(t.numel()), elem, fn));
+    } else if (size() == 2 && static_cast<size_t>(bytes) <= kExchangeMaxBytes) {
       PairExchangeAllReduce(t.raw_data(), static_cast<size_t>(t.numel()), elem, fn, tag, keep);
     } else {
       auto opts = Keep<gloo::AllreduceOptions>(keep, context_);
@@ -356,6 +375,11 @@ std::shared_ptr<Work> GlooProcessGroup::Broadcast(Tensor t, int root) {
   const CollectiveSize sized = SizeOf(t, bytes);
   return Enqueue("broadcast", detail, sized, Peers{}, error, [=](uint32_t tag, KeepAlive& keep) {
     if (bytes == 0 || size() == 1) return;
+    if (shm_) {
+      ThrowIfFailed(shm_->Broadcast(t.raw_data(), static_cast<size_t>(bytes), root));
+      t.BumpVersion();
+      return;
+    }
     auto opts = Keep<gloo::BroadcastOptions>(keep, context_);
     opts->setOutput(static_cast<uint8_t*>(t.raw_data()), static_cast<size_t>(bytes));
     opts->setRoot(root);
@@ -381,8 +405,12 @@ std::shared_ptr<Work> GlooProcessGroup::AllGather(Tensor out, Tensor in) {
   return Enqueue("all_gather", detail, sized, peers, error, [=](uint32_t tag, KeepAlive& keep) {
     char* dst = static_cast<char*>(out.raw_data());
     char* mine = dst + rank() * bytes;
-    if (mine != in.raw_data() && bytes > 0) std::memmove(mine, in.raw_data(), bytes);
-    if (bytes > 0 && size() > 1) {
+    if (shm_ && bytes > 0) {
+      ThrowIfFailed(shm_->AllGather(dst, in.raw_data(), static_cast<size_t>(bytes)));
+    } else if (mine != in.raw_data() && bytes > 0) {
+      std::memmove(mine, in.raw_data(), bytes);
+    }
+    if (!shm_ && bytes > 0 && size() > 1) {
       // In place: our chunk is already in `out`.
       auto opts = Keep<gloo::AllgatherOptions>(keep, context_);
       opts->setOutput(reinterpret_cast<uint8_t*>(dst), static_cast<size_t>(bytes) * size());
@@ -414,7 +442,12 @@ std::shared_ptr<Work> GlooProcessGroup::ReduceScatter(Tensor out, Tensor in, Red
   const Peers peers{Mod(rank() - 1, size()), Mod(rank() + 1, size())};
   const CollectiveSize sized = SizeOf(in, bytes);
   return Enqueue("reduce_scatter", detail, sized, peers, error, [=](uint32_t tag, KeepAlive& keep) {
-    if (out.numel() > 0) {
+    if (out.numel() > 0 && shm_) {
+      ThrowIfFailed(shm_->ReduceScatter(out.raw_data(), in.raw_data(),
+                                        static_cast<size_t>(out.numel()), ElementSize(in.dtype()),
+                                        fn));
+      if (op == ReduceOp::kAverage) DivideBy(out, size());
+    } else if (out.numel() > 0) {
       RingReduceScatter(out.raw_data(), in.raw_data(), static_cast<size_t>(out.numel()),
                         ElementSize(in.dtype()), fn, tag, keep);
       if (op == ReduceOp::kAverage) DivideBy(out, size());
@@ -426,6 +459,10 @@ std::shared_ptr<Work> GlooProcessGroup::ReduceScatter(Tensor out, Tensor in, Red
 std::shared_ptr<Work> GlooProcessGroup::Barrier() {
   return Enqueue("barrier", "", {}, Peers{}, OkStatus(), [this](uint32_t tag, KeepAlive& keep) {
     if (size() == 1) return;
+    if (shm_) {
+      ThrowIfFailed(shm_->Barrier());
+      return;
+    }
     auto opts = Keep<gloo::BarrierOptions>(keep, context_);
     opts->setTag(tag);
     opts->setTimeout(options_.timeout);

@@ -12,6 +12,10 @@
 // the op and, when it can be known, the peer rank; after that every op is Aborted, and the
 // group closes its connections so that peers blocked on it fail at once.
 //
+// Shared memory: with algorithm "auto", a group whose ranks all run on one host (HostKey) runs
+// every collective through a shared-memory segment instead (ShmComm, shm_comm.h); transport()
+// is then "shm". The TCP mesh is still connected, so that start-up errors stay the same.
+//
 // Transport: "tcp", and "auto" means tcp. "ibverbs" is Unimplemented: Debian's libgloo (0.5,
 // 2022) has no unbound buffers on ibverbs, and every collective here needs them.
 //
@@ -43,6 +47,9 @@ class UnboundBuffer;
 }  // namespace gloo
 
 namespace trainyard::dist {
+namespace internal {
+class ShmComm;
+}  // namespace internal
 
 class GlooProcessGroup final : public ProcessGroup {
  public:
@@ -56,7 +63,7 @@ class GlooProcessGroup final : public ProcessGroup {
 
   const char* backend() const override { return "gloo"; }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
-  // The transport in use: "tcp".
+  // The transport in use: "tcp", or "shm" for a group on one host.
   const std::string& transport() const { return transport_; }
 
   std::shared_ptr<Work> AllReduce(Tensor t, ReduceOp op = ReduceOp::kSum) override;
@@ -86,7 +93,7 @@ class GlooProcessGroup final : public ProcessGroup {
 
   GlooProcessGroup(int rank, int size, ProcessGroupOptions options,
                    std::shared_ptr<gloo::transport::Device> device,
-                   std::shared_ptr<gloo::Context> context, std::string transport,
+                   std::shared_ptr<gloo::Context> context, std::unique_ptr<internal::ShmComm> shm,
                    std::map<std::string, int> peer_by_address);
 
   // Queues `run` as op "<what> #<seq> (<detail>)"; `error` non-OK finishes it at once instead.
@@ -115,6 +122,8 @@ class GlooProcessGroup final : public ProcessGroup {
   const ProcessGroupOptions options_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  // Set when every rank is on this host: all collectives go through it.
+  const std::unique_ptr<internal::ShmComm> shm_;
   const std::string transport_;
   // "[ip]:port" of every peer socket Gloo may name in a message -> the peer's rank.
   const std::map<std::string, int> peer_by_address_;

@@ -78,8 +78,13 @@ class Work {
 struct ProcessGroupOptions {
   // Bound on every collective and on connecting at start-up.
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
-  // Gloo: "ring" (default) or "ring_chunked" all-reduce.
-  std::string algorithm = "ring";
+  // Gloo: "auto" (default): the collectives of ranks that all share one host go through shared
+  // memory (worker/dist/shm_comm.h), others over TCP with the ring; "ring" or "ring_chunked":
+  // always TCP with that all-reduce.
+  std::string algorithm = "auto";
+  // Gloo: names the shared-memory segment, "/trainyard-<shm_tag>-<random>" (for instance the
+  // job's name), so that a leftover one says whose it was.
+  std::string shm_tag = "group";
   // Gloo: "tcp", "ibverbs" or "auto" (ibverbs when a device exists, else tcp).
   std::string transport = "auto";
   // The address this rank listens on (Gloo TCP); empty picks the host name's address, or

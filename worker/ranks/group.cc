@@ -5,6 +5,20 @@
 #include <cstdlib>
 
 namespace trainyard::ranks {
+namespace {
+
+// The job's name as it may appear in a shared-memory segment's name: [a-z0-9-], at most 32.
+std::string ShmTagFor(const std::string& name) {
+  std::string tag;
+  for (char c : name) {
+    if (tag.size() == 32) break;
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    tag += ok ? c : (c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : '-');
+  }
+  return tag.empty() ? "job" : tag;
+}
+
+}  // namespace
 
 dist::ProcessGroupOptions GroupOptionsFor(const spec::JobSpec& spec, const std::string& hostname) {
   dist::ProcessGroupOptions options;
@@ -12,6 +26,7 @@ dist::ProcessGroupOptions GroupOptionsFor(const spec::JobSpec& spec, const std::
       std::chrono::milliseconds(std::llround(spec.parallelism.collective_timeout_seconds * 1000));
   options.algorithm = spec.parallelism.all_reduce_algorithm;
   options.hostname = hostname;
+  options.shm_tag = ShmTagFor(spec.name);
   if (spec::ResolvedBackend(spec) == "nccl" && std::getenv("NCCL_ALGO") == nullptr) {
     options.nccl_algo = "Ring";
   }

@@ -58,7 +58,7 @@ TEST(JobSpecTest, MinimalSpecGetsTheDocumentedDefaults) {
   EXPECT_DOUBLE_EQ(p.collective_timeout_seconds, 600);
   EXPECT_FALSE(p.find_unused_parameters);
   EXPECT_EQ(p.grad_compression, "none");
-  EXPECT_EQ(p.all_reduce_algorithm, "ring");
+  EXPECT_EQ(p.all_reduce_algorithm, "auto");
 }
 
 TEST(JobSpecTest, ReadsEveryKindOfField) {
@@ -450,7 +450,7 @@ TEST(JobSpecTest, ParallelismFieldsOutsideTheirRangesNameTheRange) {
   EXPECT_THAT(text, HasSubstr("parallelism.grad_compression = \"int8\": allowed: one of \"none\", "
                               "\"bf16\", \"fp16\""));
   EXPECT_THAT(text, HasSubstr("parallelism.all_reduce_algorithm = \"tree\": allowed: one of "
-                              "\"ring\", \"ring_chunked\""));
+                              "\"auto\", \"ring\", \"ring_chunked\""));
 
   SetPath(&json, "parallelism.collective_timeout_seconds", "NaN");
   EXPECT_THAT(ProblemsOf(json),

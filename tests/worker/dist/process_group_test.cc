@@ -56,16 +56,17 @@ ProcessGroupOptions FastOptions() {
 // The child process of ADyingRankFailsTheCollectiveAndBreaksTheGroup: joins as the last rank,
 // takes part in all_reduce #1, then issues #2 (64 MiB, far more than can finish before the next
 // statement) and exits abruptly while its group's thread is in it.
-// $TY_DIST_TEST_DYING_RANK is "<store address> <prefix> <rank> <size>".
+// $TY_DIST_TEST_DYING_RANK is "<store address> <prefix> <rank> <size> <algorithm>".
 int RunDyingRank(const char* spec) {
   std::istringstream in(spec);
   std::string address, prefix;
   int rank = 0, size = 0;
-  in >> address >> prefix >> rank >> size;
+  ProcessGroupOptions options = FastOptions();
+  in >> address >> prefix >> rank >> size >> options.algorithm;
   auto client = TcpStore::Connect(address, std::chrono::seconds(5));
   if (!client.ok()) return std::fprintf(stderr, "%s\n", client.status().ToString().c_str()), 1;
   auto group = CreateProcessGroup("gloo", std::make_shared<PrefixStore>(prefix, *client), rank,
-                                  size, FastOptions());
+                                  size, options);
   if (!group.ok()) return std::fprintf(stderr, "%s\n", group.status().ToString().c_str()), 1;
   Tensor first = Full({1000}, 1.0);
   Status st = WaitFor(**group, *(*group)->AllReduce(first));
@@ -170,8 +171,17 @@ TEST(ReduceFnTest, MatchesTheScalarReferenceOnRandomOddSizes) {
 
 // ---- Groups of threads ----
 
-class GlooTest : public ::testing::Test {
+// Every test runs twice: over TCP ("ring") and, its ranks all being on this host, over shared
+// memory ("auto", worker/dist/shm_comm.h).
+class GlooTest : public ::testing::TestWithParam<const char*> {
  protected:
+  bool Shm() const { return std::string(GetParam()) == "auto"; }
+  ProcessGroupOptions Options() const {
+    ProcessGroupOptions o = FastOptions();
+    o.algorithm = GetParam();
+    return o;
+  }
+
   void SetUp() override {
     auto server = TcpStoreServer::Start();
     ASSERT_TRUE(server.ok()) << server.status();
@@ -189,8 +199,11 @@ class GlooTest : public ::testing::Test {
   }
 
   // Runs body(group) for ranks 0..n-1, each on its own thread with its own group.
+  void RunRanks(int n, const std::function<void(ProcessGroup&)>& body) {
+    RunRanks(n, body, Options());
+  }
   void RunRanks(int n, const std::function<void(ProcessGroup&)>& body,
-                ProcessGroupOptions options = FastOptions()) {
+                ProcessGroupOptions options) {
     auto store = FreshStore();
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
@@ -199,6 +212,8 @@ class GlooTest : public ::testing::Test {
         ASSERT_TRUE(group.ok()) << group.status();
         EXPECT_EQ((*group)->rank(), r);
         EXPECT_EQ(std::string((*group)->backend()), "gloo");
+        const char* transport = n > 1 && options.algorithm == "auto" ? "shm" : "tcp";
+        EXPECT_EQ(static_cast<GlooProcessGroup&>(**group).transport(), transport);
         body(**group);
       });
     }
@@ -213,7 +228,7 @@ class GlooTest : public ::testing::Test {
 const DType kReduceDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16,
                                DType::kInt64};
 
-TEST_F(GlooTest, AllReduceSumsEveryDtypeAndOddSize) {
+TEST_P(GlooTest, AllReduceSumsEveryDtypeAndOddSize) {
   for (int n : {2, 3}) {
     RunRanks(n, [n](ProcessGroup& g) {
       const int r = g.rank();
@@ -235,8 +250,10 @@ TEST_F(GlooTest, AllReduceSumsEveryDtypeAndOddSize) {
 
 // Two ranks exchange tensors up to 4 MiB whole (in 1 MiB segments) and use the ring above;
 // three always use the ring. 786433 and 1000003 floats are 3 MiB + 4 and 4 MiB + 12 bytes.
-TEST_F(GlooTest, AllReduceOfMillionsOfOddElementsWithEveryAlgorithm) {
-  for (const char* algorithm : {"ring", "ring_chunked"}) {
+TEST_P(GlooTest, AllReduceOfMillionsOfOddElementsWithEveryAlgorithm) {
+  const std::vector<const char*> algorithms =
+      Shm() ? std::vector<const char*>{"auto"} : std::vector<const char*>{"ring", "ring_chunked"};
+  for (const char* algorithm : algorithms) {
     for (int n : {2, 3}) {
       ProcessGroupOptions options = FastOptions();
       options.algorithm = algorithm;
@@ -258,7 +275,7 @@ TEST_F(GlooTest, AllReduceOfMillionsOfOddElementsWithEveryAlgorithm) {
   }
 }
 
-TEST_F(GlooTest, AllReduceAveragesAndTakesTheMax) {
+TEST_P(GlooTest, AllReduceAveragesAndTakesTheMax) {
   RunRanks(3, [](ProcessGroup& g) {
     const int r = g.rank();
     for (DType dt : kReduceDTypes) {
@@ -280,7 +297,7 @@ TEST_F(GlooTest, AllReduceAveragesAndTakesTheMax) {
   });
 }
 
-TEST_F(GlooTest, BroadcastCopiesTheRootsTensorToEveryRank) {
+TEST_P(GlooTest, BroadcastCopiesTheRootsTensorToEveryRank) {
   RunRanks(3, [](ProcessGroup& g) {
     const int r = g.rank();
     for (DType dt : {DType::kFloat32, DType::kInt64, DType::kBFloat16}) {
@@ -295,7 +312,7 @@ TEST_F(GlooTest, BroadcastCopiesTheRootsTensorToEveryRank) {
   });
 }
 
-TEST_F(GlooTest, AllGatherConcatenatesInRankOrder) {
+TEST_P(GlooTest, AllGatherConcatenatesInRankOrder) {
   RunRanks(3, [](ProcessGroup& g) {
     const int r = g.rank();
     for (int64_t numel : {1, 7, 10001}) {
@@ -311,7 +328,7 @@ TEST_F(GlooTest, AllGatherConcatenatesInRankOrder) {
   });
 }
 
-TEST_F(GlooTest, ReduceScatterLeavesEachRankItsReducedChunk) {
+TEST_P(GlooTest, ReduceScatterLeavesEachRankItsReducedChunk) {
   for (int n : {2, 3}) {
     RunRanks(n, [n](ProcessGroup& g) {
       const int r = g.rank();
@@ -341,7 +358,7 @@ TEST_F(GlooTest, ReduceScatterLeavesEachRankItsReducedChunk) {
   }
 }
 
-TEST_F(GlooTest, BarrierReturnsOnlyAfterEveryRankArrived) {
+TEST_P(GlooTest, BarrierReturnsOnlyAfterEveryRankArrived) {
   std::atomic<int> arrived{0};
   RunRanks(3, [&](ProcessGroup& g) {
     if (g.rank() != 0) arrived++;
@@ -353,7 +370,7 @@ TEST_F(GlooTest, BarrierReturnsOnlyAfterEveryRankArrived) {
   });
 }
 
-TEST_F(GlooTest, ManyQueuedOpsRunOneAtATimeInIssueOrder) {
+TEST_P(GlooTest, ManyQueuedOpsRunOneAtATimeInIssueOrder) {
   RunRanks(2, [](ProcessGroup& g) {
     const int r = g.rank();
     std::vector<Tensor> tensors;
@@ -383,7 +400,7 @@ TEST_F(GlooTest, ManyQueuedOpsRunOneAtATimeInIssueOrder) {
   });
 }
 
-TEST_F(GlooTest, InvalidInputsFailAtOnceAndLeaveTheGroupWorking) {
+TEST_P(GlooTest, InvalidInputsFailAtOnceAndLeaveTheGroupWorking) {
   RunRanks(2, [](ProcessGroup& g) {
     Tensor ints = Make(DType::kInt32, 4, [](int64_t) { return 1; });
     Status st = g.AllReduce(ints)->Wait(milliseconds(0));
@@ -402,7 +419,7 @@ TEST_F(GlooTest, InvalidInputsFailAtOnceAndLeaveTheGroupWorking) {
   });
 }
 
-TEST_F(GlooTest, AGroupOfOneReducesToItself) {
+TEST_P(GlooTest, AGroupOfOneReducesToItself) {
   RunRanks(1, [](ProcessGroup& g) {
     Tensor t = Full({5}, 3.0);
     Tensor out = Full({5}, 0.0);
@@ -413,8 +430,8 @@ TEST_F(GlooTest, AGroupOfOneReducesToItself) {
   });
 }
 
-TEST_F(GlooTest, ARankThatNeverJoinsIsNamedAfterTheTimeout) {
-  ProcessGroupOptions options;
+TEST_P(GlooTest, ARankThatNeverJoinsIsNamedAfterTheTimeout) {
+  ProcessGroupOptions options = Options();
   options.timeout = milliseconds(500);
   auto store = FreshStore();
   std::vector<std::thread> threads;
@@ -433,8 +450,8 @@ TEST_F(GlooTest, ARankThatNeverJoinsIsNamedAfterTheTimeout) {
   for (auto& t : threads) t.join();
 }
 
-TEST_F(GlooTest, ARankThatSkipsACollectiveIsNamedByItsRingNeighbour) {
-  ProcessGroupOptions options;
+TEST_P(GlooTest, ARankThatSkipsACollectiveIsNamedByItsRingNeighbour) {
+  ProcessGroupOptions options = Options();
   options.timeout = milliseconds(500);
   auto store = FreshStore();
   std::promise<void> done;
@@ -469,10 +486,10 @@ TEST_F(GlooTest, ARankThatSkipsACollectiveIsNamedByItsRingNeighbour) {
   for (auto& t : threads) t.join();
 }
 
-TEST_F(GlooTest, ADyingRankFailsTheCollectiveAndBreaksTheGroup) {
+TEST_P(GlooTest, ADyingRankFailsTheCollectiveAndBreaksTheGroup) {
   std::string prefix;
   auto store = FreshStore(&prefix);
-  const std::string spec = server_->address() + " " + prefix + " 2 3";
+  const std::string spec = server_->address() + " " + prefix + " 2 3 " + GetParam();
   ::setenv(kDyingRankEnv, spec.c_str(), 1);
   testing::Subprocess child({"/proc/self/exe"});
   ::unsetenv(kDyingRankEnv);
@@ -480,7 +497,7 @@ TEST_F(GlooTest, ADyingRankFailsTheCollectiveAndBreaksTheGroup) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      auto group = CreateProcessGroup("gloo", store, r, 3, FastOptions());
+      auto group = CreateProcessGroup("gloo", store, r, 3, Options());
       ASSERT_TRUE(group.ok()) << group.status();
       ProcessGroup& g = **group;
       Tensor first = Full({1000}, 1.0);
@@ -498,11 +515,16 @@ TEST_F(GlooTest, ADyingRankFailsTheCollectiveAndBreaksTheGroup) {
       // when the address Gloo prints maps to it (Note [Naming the peer]); under load, about one
       // run in 40, the far end is a port rank 2 dialed from that its scan of its sockets did not
       // see yet, and the message says "a peer". Never another rank.
-      if (r == 1) {
+      if (r == 1 && !Shm()) {
         EXPECT_TRUE(st.message().find("rank 2 closed") != std::string::npos ||
                     st.message().find("a peer closed") != std::string::npos)
             << st;
         EXPECT_EQ(st.message().find("rank 0"), std::string::npos) << st;
+      }
+      // Over shared memory every rank sees rank 2's process gone, first hand or from the rank
+      // that broke the segment.
+      if (Shm()) {
+        EXPECT_NE(st.message().find("rank 2 (pid "), std::string::npos) << st;
       }
       std::printf("rank %d: %s\n", r, st.ToString().c_str());
       Status next = g.Barrier()->Wait(milliseconds(1000));
@@ -517,8 +539,8 @@ TEST_F(GlooTest, ADyingRankFailsTheCollectiveAndBreaksTheGroup) {
   EXPECT_NE(result.err.find("dying in all_reduce #2"), std::string::npos) << result.err;
 }
 
-TEST_F(GlooTest, DestroyingAGroupCancelsWhatIsQueued) {
-  ProcessGroupOptions options;
+TEST_P(GlooTest, DestroyingAGroupCancelsWhatIsQueued) {
+  ProcessGroupOptions options = Options();
   options.timeout = milliseconds(300);
   auto store = FreshStore();
   std::unique_ptr<ProcessGroup> quiet;  // rank 1: joins, then issues nothing
@@ -540,13 +562,23 @@ TEST_F(GlooTest, DestroyingAGroupCancelsWhatIsQueued) {
   }
   rank1.join();
   Status st = running->Wait(milliseconds(0));
+  EXPECT_EQ(queued->Wait(milliseconds(0)).code(), StatusCode::kCancelled);
+  if (Shm()) {  // the segment's wait ends at once
+    EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+    EXPECT_NE(st.message().find("the process group was destroyed"), std::string::npos) << st;
+    return;
+  }
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
   EXPECT_NE(st.message().find("all_reduce #1 (10 float32): timed out after 300ms waiting for "
                               "rank 1"),
             std::string::npos)
       << st;
-  EXPECT_EQ(queued->Wait(milliseconds(0)).code(), StatusCode::kCancelled);
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, GlooTest, ::testing::Values("ring", "auto"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "auto" ? "Shm" : "Tcp";
+                         });
 
 #endif  // TY_HAVE_GLOO
 
@@ -556,10 +588,10 @@ TEST_F(GlooTest, DestroyingAGroupCancelsWhatIsQueued) {
 namespace trainyard::dist {
 namespace {
 
-TEST_F(GlooTest, AbortEndsAWaitOnAPeerThatNeverComesAndBreaksTheGroup) {
+TEST_P(GlooTest, AbortEndsAWaitOnAPeerThatNeverComesAndBreaksTheGroup) {
   // Rank 1 never joins the all-reduce; rank 0's is aborted from another thread long before
   // the group's 20 s timeout, and every later collective fails at once.
-  ProcessGroupOptions options = FastOptions();
+  ProcessGroupOptions options = Options();
   options.timeout = std::chrono::seconds(20);
   std::atomic<bool> aborted{false};
   RunRanks(
