@@ -2,7 +2,7 @@
 // does the same with torch.distributed's gloo backend and scripts/bench-allreduce.sh prints the
 // two side by side.
 //
-//   allreduce_bench [--nproc N] [--sizes-mb 1,16,64,256] [--algorithm ring|ring_chunked]
+//   allreduce_bench [--nproc N] [--sizes-mb 1,16,64,256] [--algorithm auto|ring|ring_chunked]
 //
 // The launcher serves a TcpStore and runs N copies of itself as ranks (--rank R --store ADDR).
 // Per size every rank runs one warm-up all-reduce, then `iters` timed ones, each ended by
@@ -32,7 +32,7 @@ namespace {
 struct Flags {
   int nproc = 2;
   std::vector<int> sizes_mb = {1, 16, 64, 256};
-  std::string algorithm = "ring";
+  std::string algorithm = "auto";
   int rank = -1;  // >= 0: run as this rank
   std::string store;
 };
@@ -40,7 +40,7 @@ struct Flags {
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "allreduce_bench: %s\nusage: allreduce_bench [--nproc N] [--sizes-mb 1,16,64,256] "
-               "[--algorithm ring|ring_chunked]\n",
+               "[--algorithm auto|ring|ring_chunked]\n",
                why.c_str());
   std::exit(2);
 }
@@ -72,7 +72,7 @@ Flags Parse(int argc, char** argv) {
 }
 
 // Timed iterations per size: enough to take a median, few enough for the 2-minute budget.
-int ItersFor(int mb) { return mb <= 1 ? 400 : mb <= 16 ? 50 : mb <= 64 ? 15 : 5; }
+int ItersFor(int mb) { return mb == 0 ? 2000 : mb <= 1 ? 400 : mb <= 16 ? 50 : mb <= 64 ? 15 : 5; }
 
 int RunRank(const Flags& f) {
   auto client = dist::TcpStore::Connect(f.store, std::chrono::seconds(30));
@@ -84,7 +84,7 @@ int RunRank(const Flags& f) {
   if (!group.ok()) return std::fprintf(stderr, "%s\n", group.status().ToString().c_str()), 1;
   dist::ProcessGroup& g = **group;
   for (int mb : f.sizes_mb) {
-    const int64_t numel = int64_t(mb) * (1 << 20) / 4;
+    const int64_t numel = std::max<int64_t>(1, int64_t(mb) * (1 << 20) / 4);  // 0: one float
     ty::Tensor t = ty::Full({numel}, 1.0);
     std::vector<double> seconds;
     for (int i = -1; i < ItersFor(mb); ++i) {
@@ -102,7 +102,7 @@ int RunRank(const Flags& f) {
     if (f.rank == 0) {
       std::printf(
           "{\"impl\": \"trainyard\", \"nproc\": %d, \"size_mb\": %d, \"iters\": %zu, "
-          "\"time_ms\": %.3f, \"busbw_gbps\": %.3f}\n",
+          "\"time_ms\": %.4f, \"busbw_gbps\": %.3f}\n",
           f.nproc, mb, seconds.size(), median * 1e3, busbw);
       std::fflush(stdout);
     }
