@@ -85,6 +85,8 @@ class NetLab {
   std::string Address(int node, Net net) const {
     return prefix_ + "." + std::to_string(net == Net::kControl ? 1 + node : 129 + node);
   }
+  // The test process's own address on the control network (its bridge's).
+  std::string ControlBridgeAddress() const { return prefix_ + ".126"; }
   std::string Namespace(int node) const { return "ty" + id_ + "n" + std::to_string(node); }
   int nodes() const { return nodes_; }
 

@@ -24,7 +24,6 @@
 #include "gloo/transport/tcp/device.h"
 #include "worker/dist/gloo_internal.h"
 #include "worker/dist/gloo_process_group.h"
-#include "worker/dist/shm_internal.h"
 
 namespace trainyard::dist {
 namespace {
@@ -303,29 +302,27 @@ Status ConnectError(int rank, int size, const std::string& host, const MeshProgr
   return timed_out ? DeadlineExceededError(msg) : UnavailableError(msg);
 }
 
-// The shared-memory transport when every rank runs on this host (HostKey), else null. A segment
-// that cannot be made (no /dev/shm, too small) leaves the group on TCP, with a line on stderr;
-// the store failing is an error.
-StatusOr<std::unique_ptr<internal::ShmComm>> ShmIfOneHost(Store& store, int rank, int size,
-                                                          const ProcessGroupOptions& options) {
-  if (size < 2 || size > internal::kShmMaxRanks) return std::unique_ptr<internal::ShmComm>();
-  const std::string who = "gloo: rank " + std::to_string(rank);
-  const std::string key = internal::HostKey();
-  RETURN_IF_ERROR(store.Set("shm/host/" + std::to_string(rank), key).WithContext(who));
-  for (int r = 0; r < size; ++r) {
-    auto theirs = store.Get("shm/host/" + std::to_string(r), options.timeout);
-    if (!theirs.ok()) return theirs.status().WithContext(who + " reading the hosts");
-    if (*theirs != key) return std::unique_ptr<internal::ShmComm>();
+// The ring across hosts of a hierarchical group (ShmPlan): a second mesh, among the ranks with
+// this local rank, on the same device, under its own store keys.
+StatusOr<std::shared_ptr<gloo::Context>> ConnectCross(
+    const std::shared_ptr<Store>& store, const internal::ShmPlan& plan,
+    std::shared_ptr<gloo::transport::Device>& device, int rank, milliseconds timeout) {
+  const std::string prefix = "gloo/cross" + std::to_string(plan.local_rank) + "/";
+  StoreAdapter adapter(std::make_shared<PrefixStore>(prefix, store), timeout);
+  auto cross =
+      std::make_shared<MeshContext>(plan.cross_rank, static_cast<int>(plan.cross_ranks.size()));
+  MeshProgress progress;
+  try {
+    cross->setTimeout(timeout);
+    cross->Connect(adapter, device, &progress);
+  } catch (const std::exception& e) {
+    const std::string peer =
+        progress.peer >= 0 ? " to rank " + std::to_string(plan.cross_ranks[progress.peer]) : "";
+    return UnavailableError("gloo: rank " + std::to_string(rank) +
+                            " could not connect its ring across hosts" + peer + ": " +
+                            CleanGlooText(e.what()));
   }
-  std::vector<int> ranks(size);
-  for (int r = 0; r < size; ++r) ranks[r] = r;
-  auto shm = internal::ShmComm::Create(store, ranks, rank, options.shm_tag, options.timeout);
-  if (shm.status().code() == StatusCode::kUnavailable) {
-    std::fprintf(stderr, "%s: shared memory unavailable, collectives go over TCP: %s\n",
-                 who.c_str(), shm.status().message().c_str());
-    return std::unique_ptr<internal::ShmComm>();
-  }
-  return shm;
+  return std::shared_ptr<gloo::Context>(std::move(cross));
 }
 
 }  // namespace
@@ -369,13 +366,14 @@ StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
     return ConnectError(rank, size, host, progress, adapter.error(), CleanGlooText(e.what()),
                         options.timeout);
   }
-  std::unique_ptr<internal::ShmComm> shm;
-  if (options.algorithm == "auto") {
-    ASSIGN_OR_RETURN(shm, ShmIfOneHost(*store, rank, size, options));
+  ASSIGN_OR_RETURN(internal::ShmPlan plan, internal::PlanSharedMemory(*store, rank, size, options));
+  std::shared_ptr<gloo::Context> cross;
+  if (plan.shm && !plan.cross_ranks.empty()) {
+    ASSIGN_OR_RETURN(cross, ConnectCross(store, plan, device, rank, options.timeout));
   }
   return std::unique_ptr<GlooProcessGroup>(
       new GlooProcessGroup(rank, size, options, std::move(device), std::move(context),
-                           std::move(shm), std::move(peers)));
+                           std::move(plan), std::move(cross), std::move(peers)));
 }
 
 }  // namespace trainyard::dist

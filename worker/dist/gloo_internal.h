@@ -6,8 +6,10 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "worker/dist/gloo_process_group.h"
+#include "worker/dist/shm_comm.h"
 
 namespace trainyard::dist::internal {
 
@@ -31,6 +33,20 @@ struct ShmFailure {
 inline void ThrowIfFailed(Status st) {
   if (!st.ok()) throw ShmFailure{std::move(st)};
 }
+
+// How a group uses shared memory (gloo_hosts.cc): `shm` null: not at all (another algorithm
+// than "auto", ranks spread unevenly over hosts, or a segment could not be made somewhere);
+// `shm` and no cross ranks: every rank is on this host; `shm` and cross ranks: this host's
+// segment plus a ring across hosts among the ranks with this local rank (`cross_ranks`, one per
+// host in host order, this one at `cross_rank`). Every rank of the group reaches the same plan.
+struct ShmPlan {
+  std::unique_ptr<ShmComm> shm;
+  std::vector<int> cross_ranks;
+  int cross_rank = -1;
+  int local_rank = -1;
+};
+StatusOr<ShmPlan> PlanSharedMemory(Store& store, int rank, int size,
+                                   const ProcessGroupOptions& options);
 
 // a mod n in [0, n), also for negative a.
 inline int Mod(int a, int n) { return ((a % n) + n) % n; }

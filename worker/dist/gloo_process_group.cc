@@ -24,6 +24,9 @@
 //   step's transfer and reduction do not overlap; an all-reduce plus a copy would move twice
 //   the bytes.
 // broadcast (binomial tree), all_gather (ring) and barrier are Gloo's.
+// Groups on one host run every collective over shared memory instead (Note [Shared-memory
+// collectives] in shm_comm.cc), and groups over several hosts with several ranks on each run the
+// all-reduce hierarchically (Note [Hierarchical all-reduce] in gloo_hierarchical.cc).
 //
 // Note [Naming the peer]
 // Gloo's exceptions say what failed but not which rank: a timeout says "for recv operation" or
@@ -148,16 +151,23 @@ std::string CleanGlooText(const std::string& text) {
 
 GlooProcessGroup::GlooProcessGroup(int rank, int size, ProcessGroupOptions options,
                                    std::shared_ptr<gloo::transport::Device> device,
-                                   std::shared_ptr<gloo::Context> context,
-                                   std::unique_ptr<internal::ShmComm> shm,
+                                   std::shared_ptr<gloo::Context> context, internal::ShmPlan plan,
+                                   std::shared_ptr<gloo::Context> cross,
                                    std::map<std::string, int> peer_by_address)
     : ProcessGroup(rank, size),
       options_(std::move(options)),
       device_(std::move(device)),
       context_(std::move(context)),
-      shm_(std::move(shm)),
-      transport_(shm_ ? "shm" : "tcp"),
+      shm_(std::move(plan.shm)),
+      cross_(std::move(cross)),
+      transport_(!shm_    ? "tcp"
+                 : cross_ ? "shm+tcp"
+                          : "shm"),
       peer_by_address_(std::move(peer_by_address)) {
+  if (cross_) {
+    const int n = static_cast<int>(plan.cross_ranks.size()), at = plan.cross_rank;
+    cross_peers_ = Peers{plan.cross_ranks[Mod(at + 1, n)], plan.cross_ranks[Mod(at - 1, n)]};
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -169,6 +179,7 @@ GlooProcessGroup::~GlooProcessGroup() {
   cv_.notify_all();
   if (shm_) shm_->Abort("the process group was destroyed");
   thread_.join();
+  cross_.reset();
   context_.reset();
   device_.reset();
   parked_.clear();  // Note [Parking a failed op]
@@ -246,6 +257,7 @@ void GlooProcessGroup::Loop() {
       if (shm_) shm_->Break(WithoutName(st, task.work->name()));
       try {
         context_->closeConnections();
+        if (cross_) cross_->closeConnections();
       } catch (const std::exception&) {
       }
     }
@@ -330,7 +342,8 @@ std::shared_ptr<Work> GlooProcessGroup::AllReduce(Tensor t, ReduceOp op) {
   }
   std::string detail = Describe(t);
   if (op != ReduceOp::kSum) detail += std::string(", ") + ReduceOpName(op);
-  const Peers peers{Mod(rank() + 1, size()), Mod(rank() - 1, size())};
+  const Peers peers =
+      cross_ ? cross_peers_ : Peers{Mod(rank() + 1, size()), Mod(rank() - 1, size())};
   const size_t segment =
       options_.algorithm == "ring_chunked" ? kChunkedSegmentBytes : kRingSegmentBytes;
   const int64_t bytes = error.ok() ? t.numel() * static_cast<int64_t>(ElementSize(t.dtype())) : 0;
@@ -338,8 +351,10 @@ std::shared_ptr<Work> GlooProcessGroup::AllReduce(Tensor t, ReduceOp op) {
   return Enqueue("all_reduce", detail, sized, peers, error, [=](uint32_t tag, KeepAlive& keep) {
     if (t.numel() == 0 || size() == 1) return;
     const size_t elem = ElementSize(t.dtype());
-    if (shm_) {
+    if (OneHost()) {
       ThrowIfFailed(shm_->AllReduce(t.raw_data(), static_cast<size_t>(t.numel()), elem, fn));
+    } else if (shm_) {
+      HierarchicalAllReduce(t.raw_data(), static_cast<size_t>(t.numel()), elem, fn, tag, keep);
     } else if (size() == 2 && static_cast<size_t>(bytes) <= kExchangeMaxBytes) {
       PairExchangeAllReduce(t.raw_data(), static_cast<size_t>(t.numel()), elem, fn, tag, keep);
     } else {
@@ -375,7 +390,7 @@ std::shared_ptr<Work> GlooProcessGroup::Broadcast(Tensor t, int root) {
   const CollectiveSize sized = SizeOf(t, bytes);
   return Enqueue("broadcast", detail, sized, Peers{}, error, [=](uint32_t tag, KeepAlive& keep) {
     if (bytes == 0 || size() == 1) return;
-    if (shm_) {
+    if (OneHost()) {
       ThrowIfFailed(shm_->Broadcast(t.raw_data(), static_cast<size_t>(bytes), root));
       t.BumpVersion();
       return;
@@ -405,12 +420,12 @@ std::shared_ptr<Work> GlooProcessGroup::AllGather(Tensor out, Tensor in) {
   return Enqueue("all_gather", detail, sized, peers, error, [=](uint32_t tag, KeepAlive& keep) {
     char* dst = static_cast<char*>(out.raw_data());
     char* mine = dst + rank() * bytes;
-    if (shm_ && bytes > 0) {
+    if (OneHost() && bytes > 0) {
       ThrowIfFailed(shm_->AllGather(dst, in.raw_data(), static_cast<size_t>(bytes)));
     } else if (mine != in.raw_data() && bytes > 0) {
       std::memmove(mine, in.raw_data(), bytes);
     }
-    if (!shm_ && bytes > 0 && size() > 1) {
+    if (!OneHost() && bytes > 0 && size() > 1) {
       // In place: our chunk is already in `out`.
       auto opts = Keep<gloo::AllgatherOptions>(keep, context_);
       opts->setOutput(reinterpret_cast<uint8_t*>(dst), static_cast<size_t>(bytes) * size());
@@ -442,7 +457,7 @@ std::shared_ptr<Work> GlooProcessGroup::ReduceScatter(Tensor out, Tensor in, Red
   const Peers peers{Mod(rank() - 1, size()), Mod(rank() + 1, size())};
   const CollectiveSize sized = SizeOf(in, bytes);
   return Enqueue("reduce_scatter", detail, sized, peers, error, [=](uint32_t tag, KeepAlive& keep) {
-    if (out.numel() > 0 && shm_) {
+    if (out.numel() > 0 && OneHost()) {
       ThrowIfFailed(shm_->ReduceScatter(out.raw_data(), in.raw_data(),
                                         static_cast<size_t>(out.numel()), ElementSize(in.dtype()),
                                         fn));
@@ -459,7 +474,7 @@ std::shared_ptr<Work> GlooProcessGroup::ReduceScatter(Tensor out, Tensor in, Red
 std::shared_ptr<Work> GlooProcessGroup::Barrier() {
   return Enqueue("barrier", "", {}, Peers{}, OkStatus(), [this](uint32_t tag, KeepAlive& keep) {
     if (size() == 1) return;
-    if (shm_) {
+    if (OneHost()) {
       ThrowIfFailed(shm_->Barrier());
       return;
     }

@@ -14,7 +14,10 @@
 //
 // Shared memory: with algorithm "auto", a group whose ranks all run on one host (HostKey) runs
 // every collective through a shared-memory segment instead (ShmComm, shm_comm.h); transport()
-// is then "shm". The TCP mesh is still connected, so that start-up errors stay the same.
+// is then "shm". With several ranks on each of several hosts (the same number on each), the
+// all-reduce is hierarchical (Note [Hierarchical all-reduce] in the .cc): transport() is
+// "shm+tcp", and the other collectives use the flat TCP mesh. The TCP mesh is always connected,
+// so that start-up errors stay the same.
 //
 // Transport: "tcp", and "auto" means tcp. "ibverbs" is Unimplemented: Debian's libgloo (0.5,
 // 2022) has no unbound buffers on ibverbs, and every collective here needs them.
@@ -49,6 +52,7 @@ class UnboundBuffer;
 namespace trainyard::dist {
 namespace internal {
 class ShmComm;
+struct ShmPlan;
 }  // namespace internal
 
 class GlooProcessGroup final : public ProcessGroup {
@@ -63,7 +67,7 @@ class GlooProcessGroup final : public ProcessGroup {
 
   const char* backend() const override { return "gloo"; }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
-  // The transport in use: "tcp", or "shm" for a group on one host.
+  // The transport in use: "tcp", "shm" for a group on one host, "shm+tcp" for a hierarchical one.
   const std::string& transport() const { return transport_; }
 
   std::shared_ptr<Work> AllReduce(Tensor t, ReduceOp op = ReduceOp::kSum) override;
@@ -93,7 +97,8 @@ class GlooProcessGroup final : public ProcessGroup {
 
   GlooProcessGroup(int rank, int size, ProcessGroupOptions options,
                    std::shared_ptr<gloo::transport::Device> device,
-                   std::shared_ptr<gloo::Context> context, std::unique_ptr<internal::ShmComm> shm,
+                   std::shared_ptr<gloo::Context> context, internal::ShmPlan plan,
+                   std::shared_ptr<gloo::Context> cross,
                    std::map<std::string, int> peer_by_address);
 
   // Queues `run` as op "<what> #<seq> (<detail>)"; `error` non-OK finishes it at once instead.
@@ -114,6 +119,13 @@ class GlooProcessGroup final : public ProcessGroup {
   void PairExchangeAllReduce(void* data, size_t elems, size_t elem_size,
                              void (*reduce)(void*, const void*, const void*, size_t), uint32_t tag,
                              KeepAlive& keep);
+  // Note [Hierarchical all-reduce]: shared memory inside the host, Gloo's ring across hosts.
+  void HierarchicalAllReduce(void* data, size_t elems, size_t elem_size,
+                             void (*reduce)(void*, const void*, const void*, size_t), uint32_t tag,
+                             KeepAlive& keep);
+  // Every rank is on this host: all collectives through shared memory.
+  bool OneHost() const { return shm_ != nullptr && cross_ == nullptr; }
+
   // The ring reduce-scatter (Note [Gloo algorithms]; in gloo_reduce_scatter.cc).
   void RingReduceScatter(void* out, const void* in, size_t chunk_elems, size_t elem_size,
                          void (*reduce)(void*, const void*, const void*, size_t), uint32_t tag,
@@ -122,9 +134,12 @@ class GlooProcessGroup final : public ProcessGroup {
   const ProcessGroupOptions options_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  // Set when every rank is on this host: all collectives go through it.
-  const std::unique_ptr<internal::ShmComm> shm_;
-  const std::string transport_;
+  // This host's segment (ShmPlan): with no cross_, every rank is on this host and all collectives
+  // go through it; with cross_, the all-reduce is hierarchical over both.
+  std::unique_ptr<internal::ShmComm> shm_;
+  std::shared_ptr<gloo::Context> cross_;
+  Peers cross_peers_;  // group ranks of this rank's neighbours on the cross-host ring
+  std::string transport_;
   // "[ip]:port" of every peer socket Gloo may name in a message -> the peer's rank.
   const std::map<std::string, int> peer_by_address_;
 

@@ -224,6 +224,73 @@ Status ShmComm::AllReduce(void* data, size_t count, size_t elem, ReduceFn reduce
   return OkStatus();
 }
 
+std::pair<size_t, size_t> ShmComm::SliceOf(size_t count, size_t elem, int r) const {
+  return Slice(count, elem, r, size());
+}
+
+Status ShmComm::ReduceSlices(void* data, size_t count, size_t elem, ReduceFn reduce) {
+  // Round k takes piece k (at most `each` elements) of every rank's slice; peer r's piece goes to
+  // place r of this rank's buffer, and this rank sums its own piece at its own place.
+  char* p = static_cast<char*>(data);
+  const size_t each = std::max<size_t>(1, kShmBufferBytes / elem / size());
+  size_t longest = 0;
+  for (int r = 0; r < size(); ++r) {
+    const auto [lo, hi] = SliceOf(count, elem, r);
+    longest = std::max(longest, hi - lo);
+  }
+  auto piece = [&](int r, size_t k) {
+    const auto [lo, hi] = SliceOf(count, elem, r);
+    const size_t first = std::min(hi, lo + k * each);
+    return std::pair<size_t, size_t>(first, std::min(hi, first + each));
+  };
+  for (size_t k = 0; k * each < longest; ++k) {
+    RETURN_IF_ERROR(BeginRound());
+    for (int r = 0; r < size(); ++r) {
+      const auto [first, last] = piece(r, k);
+      if (r != me_)
+        std::memcpy(Buffer(me_) + r * each * elem, p + first * elem, (last - first) * elem);
+    }
+    RETURN_IF_ERROR(WaitAll(Arrive()));
+    const auto [first, last] = piece(me_, k);
+    auto source = [&](int r) {
+      return r == me_ ? p + first * elem : Buffer(r) + me_ * each * elem;
+    };
+    char* sum = Buffer(me_) + me_ * each * elem;
+    if (last > first) {
+      reduce(sum, source(0), source(1), last - first);
+      for (int r = 2; r < size(); ++r) reduce(sum, sum, source(r), last - first);
+      std::memcpy(p + first * elem, sum, (last - first) * elem);
+    }
+    EndRound();
+  }
+  return OkStatus();
+}
+
+Status ShmComm::GatherSlices(void* data, size_t count, size_t elem) {
+  char* p = static_cast<char*>(data);
+  const size_t each = kShmBufferBytes / elem;
+  size_t longest = 0;
+  for (int r = 0; r < size(); ++r) {
+    const auto [lo, hi] = SliceOf(count, elem, r);
+    longest = std::max(longest, hi - lo);
+  }
+  for (size_t k = 0; k * each < longest; ++k) {
+    RETURN_IF_ERROR(BeginRound());
+    const auto [lo, hi] = SliceOf(count, elem, me_);
+    const size_t first = std::min(hi, lo + k * each), last = std::min(hi, first + each);
+    std::memcpy(Buffer(me_), p + first * elem, (last - first) * elem);
+    RETURN_IF_ERROR(WaitAll(Arrive()));
+    for (int r = 0; r < size(); ++r) {
+      if (r == me_) continue;
+      const auto [rlo, rhi] = SliceOf(count, elem, r);
+      const size_t rfirst = std::min(rhi, rlo + k * each), rlast = std::min(rhi, rfirst + each);
+      std::memcpy(p + rfirst * elem, Buffer(r), (rlast - rfirst) * elem);
+    }
+    EndRound();
+  }
+  return OkStatus();
+}
+
 Status ShmComm::ReduceScatter(void* out, const void* in, size_t count, size_t elem,
                               ReduceFn reduce) {
   char* o = static_cast<char*>(out);

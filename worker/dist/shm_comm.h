@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -50,6 +51,15 @@ class ShmComm {
   // In place over `count` elements of `elem` bytes; rank order 0, 1, ... for every element, so
   // every rank gets the same bits. Average is left to the caller (like Gloo's path).
   Status AllReduce(void* data, size_t count, size_t elem, ReduceFn reduce);
+  // The two halves of a hierarchical all-reduce (Note [Hierarchical all-reduce] in
+  // gloo_process_group.cc). ReduceSlices: data's slice SliceOf(local_rank()) becomes the sum over
+  // the local ranks (in rank order); the rest of `data` is left as it was. GatherSlices: every
+  // rank's slice of `data` is copied to every rank.
+  Status ReduceSlices(void* data, size_t count, size_t elem, ReduceFn reduce);
+  Status GatherSlices(void* data, size_t count, size_t elem);
+  // [first, last) of `count` elements that local rank `r` reduces, cut at 64-byte boundaries.
+  std::pair<size_t, size_t> SliceOf(size_t count, size_t elem, int r) const;
+
   // `in` holds size() chunks of `count` elements; `out` (count) becomes the reduction of every
   // rank's chunk local_rank().
   Status ReduceScatter(void* out, const void* in, size_t count, size_t elem, ReduceFn reduce);

@@ -106,6 +106,39 @@ TEST(ShmCommTest, EveryRankHoldsTheSameBitsAsTheRankOrderSum) {
   }
 }
 
+TEST(ShmCommTest, ReducingSlicesThenGatheringThemIsTheAllReduce) {
+  // The two halves of the hierarchical all-reduce, with nothing across hosts in between.
+  constexpr int kRanks = 3;
+  constexpr size_t kCount = (3 << 20) / 4 + 5;  // several rounds of uneven slices
+  auto server = TcpStoreServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<std::vector<float>> whole(kRanks), halves(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      auto store = TcpStore::Connect((*server)->address(), std::chrono::seconds(5));
+      ASSERT_TRUE(store.ok()) << store.status();
+      auto comm =
+          internal::ShmComm::Create(**store, {0, 1, 2}, r, "slices", std::chrono::seconds(10));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      auto sum = internal::GetReduceFn(DType::kFloat32, ReduceOp::kSum);
+      std::vector<float> v(kCount);
+      for (size_t i = 0; i < kCount; ++i) v[i] = static_cast<float>((r + 1) * (i % 11)) / 8;
+      whole[r] = halves[r] = v;
+      ASSERT_TRUE((*comm)->AllReduce(whole[r].data(), kCount, 4, sum).ok());
+      ASSERT_TRUE((*comm)->ReduceSlices(halves[r].data(), kCount, 4, sum).ok());
+      ASSERT_TRUE((*comm)->GatherSlices(halves[r].data(), kCount, 4).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    for (size_t i = 0; i < kCount; ++i) {
+      ASSERT_EQ(whole[r][i], static_cast<float>(6 * (i % 11)) / 8) << "rank " << r << " at " << i;
+      ASSERT_EQ(halves[r][i], whole[r][i]) << "rank " << r << " at " << i;
+    }
+  }
+}
+
 TEST(ShmCommTest, ANetworkNamespaceIsAHostOfItsOwn) {
   const std::string here = internal::HostKey();
   EXPECT_EQ(internal::HostKey(), here);
