@@ -16,6 +16,7 @@
 #include "worker/daemon/flight_report.h"
 #include "worker/daemon/rank.h"
 #include "worker/dist/nccl_loader.h"
+#include "worker/dist/process_group.h"
 #include "worker/ranks/env.h"
 
 namespace trainyard::daemon {
@@ -284,6 +285,10 @@ void RankSupervisor::Exited(Rank& r, SteadyClock::time_point now) {
   }
   TY_LOG(INFO) << "rank " << r.status.rank() << " of " << r.status.job_id() << " attempt "
                << r.status.attempt() << " exited with " << code;
+  // A rank that died while its group was being made may leave a shared-memory segment behind.
+  if (const int removed = dist::RemoveOrphanedSegments(); removed > 0) {
+    TY_LOG(INFO) << "removed " << removed << " shared-memory segment(s) left by dead ranks";
+  }
 }
 
 std::vector<trainyard::v1::RankStatus> RankSupervisor::Statuses() const {

@@ -1,5 +1,9 @@
 #include "worker/dist/process_group.h"
 
+#include <signal.h>
+
+#include <cerrno>
+#include <filesystem>
 #include <thread>
 
 #include "worker/dist/nccl_loader.h"
@@ -148,6 +152,23 @@ Status AllReduceHost(ProcessGroup& group, const Tensor& host, ReduceOp op, Devic
   RETURN_IF_ERROR(WaitFor(group, *work));
   if (!device.is_cpu()) CopyInto(host, t);
   return OkStatus();
+}
+
+int RemoveOrphanedSegments(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("trainyard-", 0) != 0) continue;
+    const size_t last = name.rfind('-');
+    const size_t before = last == std::string::npos ? last : name.rfind('-', last - 1);
+    if (before == std::string::npos || before < 9) continue;
+    const std::string pid = name.substr(before + 1, last - before - 1);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;
+    if (std::filesystem::remove(entry.path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace trainyard::dist

@@ -176,6 +176,12 @@ Status JoinGroup(Store& store, const std::string& backend, int rank, int size,
 // the caller never waits for a backend call still blocked until its timeout.
 void RetireProcessGroup(std::shared_ptr<ProcessGroup> group);
 
+// Removes the shared-memory segments (worker/dist/shm_comm.h) in `dir` whose creator process is
+// gone: "trainyard-<tag>-<pid>-<random>". A segment is unlinked as soon as its group has mapped
+// it, so one still there with a dead creator was left by ranks that died while their group was
+// being made. The worker daemon calls it whenever a rank exits. Returns how many it removed.
+int RemoveOrphanedSegments(const std::string& dir = "/dev/shm");
+
 // Waits for `work` with the group's timeout plus a margin (the collective itself is bounded by
 // that timeout, so this only fires if the backend misbehaves).
 Status WaitFor(const ProcessGroup& group, Work& work);

@@ -33,7 +33,8 @@ struct ShmHeader;
 class ShmComm {
  public:
   // The local group: `ranks` are the group ranks on this host, ascending, this one at
-  // ranks[local_rank]. The first creates the segment "/trainyard-<tag>-<random>" and publishes
+  // ranks[local_rank]. The first creates the segment "/trainyard-<tag>-<pid>-<random>" (after
+  // removing orphans: RemoveOrphanedSegments, process_group.h) and publishes
   // its name under "shm/name/<ranks[0]>" in `store`; the others attach; once all have (or one
   // failed), every one unlinks it, so a crash later leaves nothing behind. Every member returns
   // the same verdict: an error when any of them could not map the segment (no /dev/shm, not

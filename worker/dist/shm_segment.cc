@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/random_id.h"
+#include "worker/dist/process_group.h"
 #include "worker/dist/shm_internal.h"
 
 namespace trainyard::dist::internal {
@@ -76,7 +77,9 @@ StatusOr<void*> MapSegment(Store& store, const std::vector<int>& ranks, int me,
                            std::chrono::milliseconds timeout) {
   const std::string key = "shm/name/" + std::to_string(ranks[0]);
   if (me == 0) {
-    const std::string name = "/trainyard-" + tag + "-" + RandomHex(12);
+    RemoveOrphanedSegments();
+    const std::string name =
+        "/trainyard-" + tag + "-" + std::to_string(::getpid()) + "-" + RandomHex(12);
     auto base = CreateSegment(name, bytes);
     if (base.ok()) {  // ready before anyone can open it by name
       auto* header = new (*base) ShmHeader();

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -137,6 +138,26 @@ TEST(ShmCommTest, ReducingSlicesThenGatheringThemIsTheAllReduce) {
       ASSERT_EQ(halves[r][i], whole[r][i]) << "rank " << r << " at " << i;
     }
   }
+}
+
+TEST(ShmCommTest, OrphanedSegmentsAreRemovedAndLiveOnesKept) {
+  const std::string dir = ::testing::TempDir() + "/orphans-" + RandomHex(8);
+  std::filesystem::create_directories(dir);
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // a pid that no longer runs
+  const std::string dead = "trainyard-job-" + std::to_string(child) + "-0123456789ab";
+  const std::string live = "trainyard-job-" + std::to_string(::getpid()) + "-0123456789ab";
+  for (const std::string& name : {dead, live, std::string("trainyard-odd"), std::string("other")}) {
+    std::ofstream(dir + "/" + name) << "x";
+  }
+  EXPECT_EQ(RemoveOrphanedSegments(dir), 1);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + dead));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/" + live));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/trainyard-odd"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/other"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ShmCommTest, ANetworkNamespaceIsAHostOfItsOwn) {
