@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Data-parallel benchmarks beside torch.distributed (gloo backend), in one run:
-#   1. all-reduce of 1, 16, 64, 256 MB between 2 processes (scripts/bench-allreduce.sh);
+#   1. all-reduce of 4 bytes and 1, 16, 64, 256 MB between 2 processes
+#      (scripts/bench-allreduce.sh);
 #   2. MLP 784-1024-1024-10 training throughput on 1 and 2 ranks, one thread per rank, batch 128
 #      per rank (weak scaling): Trainyard's `trainyard train --nproc N` on Fashion-MNIST beside
 #      PyTorch DDP (bench/torch_ddp_mlp.py), and the scaling efficiency S(2) / (2 S(1)).
+# Trainyard's collectives use $TY_BENCH_ALGORITHM (default auto: shared memory on one host;
+# ring: loopback TCP, as PyTorch's gloo).
 # Needs the build packages, Fashion-MNIST (scripts/test.sh installs both) and PyTorch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +28,7 @@ batch_size: 128
 steps: $steps
 eval: {max_batches: 1}
 num_threads: 1
+parallelism: {all_reduce_algorithm: ${TY_BENCH_ALGORITHM:-auto}}
 YAML
 
 ours() {  # samples/s of all ranks together, from the run's JSON summary
