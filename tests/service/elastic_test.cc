@@ -112,8 +112,11 @@ TEST(ElasticTest, AKilledWorkerShrinksTheJobWithoutARestartAndItGrowsBackWhenThe
   ASSERT_TRUE(WaitUntil([&] { return Around(watch.events(), 1).after > 0; }, 30s))
       << watch.Describe() << cluster.Logs();
   const AroundRegroup a = Around(watch.events(), 1);
-  // The step in flight at the kill is done again; no completed step is lost.
-  EXPECT_LE(a.after, a.before + 1) << watch.Describe();
+  // The step in flight at the kill is done again, or it was applied by a survivor whose part of
+  // the step's agreement completed before the peer died (an "ahead" member, whose state the group
+  // then takes): that step is kept but has no report unless the ahead member was rank 0 (the
+  // gap RepeatedKillsAndRestarts… also allows, one per regroup). No completed step is lost.
+  EXPECT_LE(a.after, a.before + 2) << watch.Describe();
   EXPECT_GE(a.after, a.before) << watch.Describe();
   std::printf(
       "[ figures ] kill -9 of a worker to the next completed step: %.2f s (step %lld "
