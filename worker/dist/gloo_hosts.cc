@@ -1,7 +1,7 @@
 // Where a gloo group's ranks run, and the shared-memory plan that follows (gloo_internal.h):
 // one host: everything through one segment; several hosts with the same number (>= 2) of ranks
 // each: a segment per host and a cross-host ring per local rank (Note [Hierarchical all-reduce]
-// in gloo_process_group.cc); anything else: TCP only.
+// in gloo_hierarchical.cc); anything else: TCP only.
 #include <cstdio>
 #include <map>
 

@@ -15,9 +15,9 @@
 // Shared memory: with algorithm "auto", a group whose ranks all run on one host (HostKey) runs
 // every collective through a shared-memory segment instead (ShmComm, shm_comm.h); transport()
 // is then "shm". With several ranks on each of several hosts (the same number on each), the
-// all-reduce is hierarchical (Note [Hierarchical all-reduce] in the .cc): transport() is
-// "shm+tcp", and the other collectives use the flat TCP mesh. The TCP mesh is always connected,
-// so that start-up errors stay the same.
+// all-reduce is hierarchical (Note [Hierarchical all-reduce] in gloo_hierarchical.cc):
+// transport() is "shm+tcp", and the other collectives use the flat TCP mesh. The TCP mesh is
+// always connected, so that start-up errors stay the same.
 //
 // Transport: "tcp", and "auto" means tcp. "ibverbs" is Unimplemented: Debian's libgloo (0.5,
 // 2022) has no unbound buffers on ibverbs, and every collective here needs them.

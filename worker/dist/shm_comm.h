@@ -53,7 +53,7 @@ class ShmComm {
   // every rank gets the same bits. Average is left to the caller (like Gloo's path).
   Status AllReduce(void* data, size_t count, size_t elem, ReduceFn reduce);
   // The two halves of a hierarchical all-reduce (Note [Hierarchical all-reduce] in
-  // gloo_process_group.cc). ReduceSlices: data's slice SliceOf(local_rank()) becomes the sum over
+  // gloo_hierarchical.cc). ReduceSlices: data's slice SliceOf(local_rank()) becomes the sum over
   // the local ranks (in rank order); the rest of `data` is left as it was. GatherSlices: every
   // rank's slice of `data` is copied to every rank.
   Status ReduceSlices(void* data, size_t count, size_t elem, ReduceFn reduce);
