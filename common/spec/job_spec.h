@@ -177,7 +177,7 @@ struct ParallelismSpec {
   double collective_timeout_seconds = 600;    // bound on every collective and on rendezvous
   bool find_unused_parameters = false;        // allow parameters that get no gradient in a step
   std::string grad_compression = "none";      // dtype of the gradient all-reduce
-  std::string all_reduce_algorithm = "ring";  // ring, ring_chunked or auto (gloo)
+  std::string all_reduce_algorithm = "auto";  // auto, ring or ring_chunked (gloo)
   int min_world_size = 0;                     // elastic bounds; 0: world_size (MinWorldSize)
   int max_world_size = 0;
 };

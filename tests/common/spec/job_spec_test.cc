@@ -58,7 +58,7 @@ TEST(JobSpecTest, MinimalSpecGetsTheDocumentedDefaults) {
   EXPECT_DOUBLE_EQ(p.collective_timeout_seconds, 600);
   EXPECT_FALSE(p.find_unused_parameters);
   EXPECT_EQ(p.grad_compression, "none");
-  EXPECT_EQ(p.all_reduce_algorithm, "ring");
+  EXPECT_EQ(p.all_reduce_algorithm, "auto");
 }
 
 TEST(JobSpecTest, ReadsEveryKindOfField) {
