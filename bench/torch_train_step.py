@@ -64,6 +64,20 @@ def train_step(model, opt, x, y):
     opt.zero_grad(set_to_none=True)
 
 
+def perf_control(command):
+    """Under scripts/profile-train.sh, turns perf record's events on or off through the fifo
+    named by TY_PERF_CONTROL, so that the profile holds the timed steps only."""
+    path = os.environ.get("TY_PERF_CONTROL")
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return  # no perf reading it
+    os.write(fd, command.encode())
+    os.close(fd)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=["mlp", "cnn", "gpt"], default="mlp")
@@ -83,12 +97,14 @@ def main():
         train_step(model, opt, x, y)
     windows = min(a.windows, a.steps)
     rates = []
+    perf_control("enable\n")
     for w in range(windows):
         n = a.steps // windows + (1 if w < a.steps % windows else 0)
         t0 = time.perf_counter()
         for _ in range(n):
             train_step(model, opt, x, y)
         rates.append(n * items / (time.perf_counter() - t0))
+    perf_control("disable\n")
     rates.sort()
     k = len(rates)
     median = rates[k // 2] if k % 2 else (rates[k // 2 - 1] + rates[k // 2]) / 2

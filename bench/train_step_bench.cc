@@ -11,7 +11,9 @@
 // Models: mlp 784-1024-1024-10 at batch 128 (SGD, momentum 0.9, lr 0.01); the zoo cnn with its
 // default config at batch 64 (same SGD); gpt with 4 layers, width 256, 4 heads, context 128,
 // vocabulary 65, dropout 0, bias, at batch 16 (AdamW, lr 3e-4, weight decay 0.1).
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -168,6 +170,18 @@ void TrainStep(Setup& s) {
   s.optimizer->ZeroGrad(/*set_to_none=*/true);
 }
 
+// Under scripts/profile-train.sh, perf record starts with its events off and turns them on and
+// off through the fifo named by TY_PERF_CONTROL, so that the profile holds the timed steps only.
+void PerfControl(const char* command) {
+  const char* path = std::getenv("TY_PERF_CONTROL");
+  if (path == nullptr) return;
+  const int fd = ::open(path, O_WRONLY | O_NONBLOCK);
+  if (fd < 0) return;  // no perf reading it
+  const ssize_t n = ::write(fd, command, std::strlen(command));
+  (void)n;
+  ::close(fd);
+}
+
 double PeakRssMiB() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -185,6 +199,7 @@ int main(int argc, char** argv) {
 
   using Clock = std::chrono::steady_clock;
   std::vector<double> rates;
+  PerfControl("enable\n");
   for (int w = 0; w < f.windows; ++w) {
     const int n = f.steps / f.windows + (w < f.steps % f.windows ? 1 : 0);
     const auto t0 = Clock::now();
@@ -192,6 +207,7 @@ int main(int argc, char** argv) {
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     rates.push_back(static_cast<double>(n * s.items_per_step) / secs);
   }
+  PerfControl("disable\n");
   std::sort(rates.begin(), rates.end());
   const size_t k = rates.size();
   const double median = k % 2 ? rates[k / 2] : (rates[k / 2 - 1] + rates[k / 2]) / 2;
