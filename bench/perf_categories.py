@@ -17,14 +17,12 @@ import sys
 CATEGORIES = [
     ("gemm", r"sgemm|dgemm|gemm_|_kernel_ZEN|_kernel_HASWELL|oncopy|otcopy|itcopy|incopy|"
              r"mkl_blas|brgemm|dnnl|Gemm|Matmul|sgemv"),
-    ("memcpy/memset", r"memcpy|memset|memmove|__memcpy|__memset"),
-    ("allocator", r"malloc|free\b|cfree|_int_free|_int_malloc|realloc|calloc|memalign|"
-                  r"tcache|Allocator|alloc_cpu|c10::alloc|c10::free|CachingHost|unlink_chunk|"
-                  r"malloc_consolidate|sysmalloc"),
+    ("memcpy/memset", r"memcpy|memset|memmove"),
+    ("allocator", r"malloc|free\b|realloc|calloc|memalign|tcache|unlink_chunk|Allocator|"
+                  r"alloc_cpu|c10::alloc|c10::free|CachingHost"),
     ("os kernel", r"^\[kernel|^\[vdso\]"),
     ("python", r"python3|libpython|_PyEval|Py[A-Z_]"),
-    ("threads", r"libgomp|gomp_|omp_|Pool::Run|Pool::DoChunks|Pool::WorkerLoop|ThreadPool::|"
-                r"sched_yield"),
+    ("threads", r"gomp|omp_|Pool::Run|Pool::DoChunks|Pool::WorkerLoop|ThreadPool::|sched_yield"),
     ("kernels", r"trainyard::kernels|at::native|at::vec|Sleef|vml|VectorizedLoop|Vectorized<|"
                 r"cpu_kernel|_foreach|^\[JIT\]"),  # [JIT]: oneDNN's generated kernels
     ("framework", r"autograd|Dispatcher|c10::|at::|torch::|std::|trainyard|libtorch"),

@@ -9,10 +9,7 @@
 #
 # Each run reports the median over 5 timing windows; over the rounds the script keeps each
 # side's best median (noise on a shared VM only ever slows a run down). Both sides run under
-# one environment: OpenMP threads sleep when idle (PyTorch's OpenMP would otherwise spin and
-# steal the core from the other thread), glibc malloc keeps freed memory instead of returning
-# it to the OS (PyTorch re-faults pages every step otherwise; Trainyard has its own cache), and
-# OpenBLAS (Trainyard's GEMM; PyTorch uses MKL) runs single-threaded under Trainyard's pool.
+# one environment (scripts/train-step-env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,19 +19,8 @@ rounds=${TY_BENCH_ROUNDS:-3}
 steps=${TY_BENCH_STEPS:-}
 build=${TY_BENCH_BUILD_DIR:-build}
 
-if ! python3 -c "import torch" 2>/dev/null; then
-  echo "bench-train: PyTorch is not installed for $(command -v python3 || echo python3);" \
-       "install it (pip install torch) to compare against it" >&2
-  exit 1
-fi
-
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TY_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build" --target train_step_bench >/dev/null
-
-export OMP_WAIT_POLICY=PASSIVE
-export MALLOC_TRIM_THRESHOLD_=4294967296  # never trim the heap top
-export MALLOC_MMAP_THRESHOLD_=33554432    # glibc's maximum: blocks up to 32 MiB from the heap
-export OPENBLAS_NUM_THREADS=1
+script=bench-train
+source scripts/train-step-env.sh
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -19,20 +19,9 @@ case "$model" in mlp) steps=200 ;; cnn) steps=60 ;; gpt) steps=25 ;;
   *) echo "profile-train: TY_BENCH_MODEL = \"$model\": allowed: mlp, cnn, gpt" >&2; exit 1 ;;
 esac
 
-for tool in perf python3; do
-  command -v "$tool" >/dev/null || { echo "profile-train: $tool is not installed" >&2; exit 1; }
-done
-if ! python3 -c "import torch" 2>/dev/null; then
-  echo "profile-train: PyTorch is not installed for $(command -v python3)" >&2
-  exit 1
-fi
-
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TY_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build" --target train_step_bench >/dev/null
-
-# The environment of scripts/bench-train.sh.
-export OMP_WAIT_POLICY=PASSIVE MALLOC_TRIM_THRESHOLD_=4294967296 MALLOC_MMAP_THRESHOLD_=33554432
-export OPENBLAS_NUM_THREADS=1
+command -v perf >/dev/null || { echo "profile-train: perf is not installed" >&2; exit 1; }
+script=profile-train
+source scripts/train-step-env.sh
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
