@@ -234,6 +234,9 @@ Json SummaryJson(const trainer::TrainSummary& s) {
       {"interrupted", s.interrupted},
       {"world_size", s.world_size},
       {"optimizer_state_bytes", s.optimizer_state_bytes},
+      {"weight_bytes", s.weight_bytes},
+      {"gradient_bytes", s.gradient_bytes},
+      {"peak_resident_bytes", s.peak_resident_bytes},
       {"skipped_steps", s.skipped_steps},
   });
 }
@@ -255,10 +258,14 @@ void PrintSummary(const trainer::TrainSummary& s, bool text) {
            Fixed(100 * s.eval->accuracy, 2) + "% on " +
            Grouped(static_cast<double>(s.eval->samples)) + (text ? " windows\n" : " samples\n");
   }
-  if (s.world_size > 1) {
-    out += "  ranks        " + std::to_string(s.world_size) + ", optimizer state " +
-           Fixed(static_cast<double>(s.optimizer_state_bytes) / (1 << 20), 2) + " MiB on rank 0\n";
-  }
+  const auto mib = [](int64_t bytes) {
+    return Fixed(static_cast<double>(bytes) / (1 << 20), 2) + " MiB";
+  };
+  out += "  memory       " +
+         std::string(s.world_size > 1 ? "rank 0 of " + std::to_string(s.world_size) + ": " : "") +
+         "weights " + mib(s.weight_bytes) + ", gradients " + mib(s.gradient_bytes) +
+         ", optimizer state " + mib(s.optimizer_state_bytes) + "; peak resident " +
+         mib(s.peak_resident_bytes) + "\n";
   if (!s.resumed_from.empty()) out += "  resumed from " + s.resumed_from + "\n";
   if (!s.checkpoint.empty()) out += "  checkpoint   " + s.checkpoint + "\n";
   std::fputs(out.c_str(), stdout);

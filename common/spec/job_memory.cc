@@ -53,6 +53,9 @@ constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kImageSize = 28;
 // The largest head size the CUDA fused attention kernel takes (ops::ScaledDotProductAttention).
 constexpr int64_t kCudaFusedHeadSize = 128;
+// ZeRO-2's bucket buffers alive at once: dist::kLiveBuckets launched and two being filled (one
+// op's gradients, a weight's and its bias's, can straddle a bucket boundary).
+constexpr size_t kLiveBucketsAtOnce = 4;
 
 int64_t SatAdd(int64_t a, int64_t b) {
   int64_t r;
@@ -261,7 +264,10 @@ std::string OptimizerName(const OptimizerSpec& o) {
 
 // Fills gradients_bytes and optimizer_bytes. Data parallel: each bucket's buffer is padded to
 // a multiple of the world size; ZeRO-1 keeps one chunk of it per rank as the averaged shard and
-// runs the optimizer over that chunk alone (worker/dist/zero.h).
+// runs the optimizer over that chunk alone (worker/dist/zero.h). ZeRO-2 keeps no whole buffers
+// (Note [Released buckets] in worker/dist/reducer.h): the shards and the buckets alive at once
+// (the largest ones are counted); its optimizer keeps a
+// master chunk of the weights per bucket, counted with the optimizer state.
 void SetGradientsAndOptimizer(const JobSpec& spec, const std::vector<int64_t>& sizes,
                               int64_t parameters, MemoryEstimate* m) {
   const ParallelismSpec& p = spec.parallelism;
@@ -273,19 +279,29 @@ void SetGradientsAndOptimizer(const JobSpec& spec, const std::vector<int64_t>& s
   }
   const int64_t world = p.world_size;
   int64_t padded = 0, chunks = 0;
+  std::vector<int64_t> bucket_sizes;  // padded
   for (int64_t n : BucketElements(sizes, p)) {
     const int64_t chunk = n / world + (n % world != 0 ? 1 : 0);
-    padded = SatAdd(padded, SatMul(chunk, world));
+    bucket_sizes.push_back(SatMul(chunk, world));
+    padded = SatAdd(padded, bucket_sizes.back());
     chunks = SatAdd(chunks, chunk);
   }
-  const bool zero = p.zero_stage == 1;
-  int64_t grads = SatMul(padded, 4);
+  const bool zero = p.zero_stage >= 1;
+  // The whole buffers (ZeRO-2: those alive at once) and, compressed, their copies in flight.
+  int64_t buffers = padded;
+  if (p.zero_stage == 2) {
+    std::sort(bucket_sizes.rbegin(), bucket_sizes.rend());
+    buffers = 0;
+    for (size_t i = 0; i < bucket_sizes.size() && i < kLiveBucketsAtOnce; ++i)
+      buffers = SatAdd(buffers, bucket_sizes[i]);
+  }
+  int64_t grads = SatMul(buffers, 4);
   if (zero) grads = SatAdd(grads, SatMul(chunks, 4));
-  // A compressed copy of every bucket is in flight at the end of backward.
   if (p.grad_compression == "bf16" || p.grad_compression == "fp16")
-    grads = SatAdd(grads, SatMul(padded, 2));
+    grads = SatAdd(grads, SatMul(buffers, 2));
   m->gradients_bytes = grads;
   m->optimizer_bytes = SatMul(zero ? chunks : parameters, per_element);
+  if (p.zero_stage == 2) m->optimizer_bytes = SatAdd(m->optimizer_bytes, SatMul(chunks, 4));
 }
 
 // ---- Activations: the zoo's models as timelines (Note [Activation model]) --------------------

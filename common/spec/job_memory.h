@@ -28,9 +28,12 @@ struct MemoryEstimate {
   int64_t parameters = 0;     // trainable parameters (tied weights once)
   int64_t weights_bytes = 0;  // fp32 weights, and batch norm's running statistics
   // fp32 gradients; data parallel: the Reducer's buckets, padded to a multiple of the world size
-  // (plus ZeRO-1's averaged shard and, with grad_compression, the compressed copies in flight).
+  // (plus ZeRO's averaged shard and, with grad_compression, the compressed copies in flight;
+  // ZeRO-2: only the buckets alive at once).
   int64_t gradients_bytes = 0;
-  int64_t optimizer_bytes = 0;  // this rank's optimizer state (ZeRO-1: its 1/world_size share)
+  // This rank's optimizer state (ZeRO: its 1/world_size share; ZeRO-2 adds its master chunk of
+  // the weights).
+  int64_t optimizer_bytes = 0;
   // What one micro-batch's forward keeps for backward, at its peak during backward (the batch,
   // saved tensors, autocast's copies, gradients in flight); or evaluation's peak, if higher.
   int64_t activations_bytes = 0;

@@ -117,20 +117,20 @@ void CheckParallelism(const JobSpec& s, Problems* problems) {
     add("parallelism.activation_checkpointing", "true",
         "needs model.gpt (model is " + s.model.arch + ")");
   }
-  if (p.zero_stage == 1 && p.find_unused_parameters &&
+  if (p.zero_stage != 0 && p.find_unused_parameters &&
       AllFine(*problems, {"parallelism.zero_stage", "parallelism.find_unused_parameters"})) {
     // A sharded step updates whole chunks; it cannot skip a parameter no rank used, as an
     // unsharded optimizer does, so the two would train differently.
-    add("parallelism.zero_stage", "1",
+    add("parallelism.zero_stage", std::to_string(p.zero_stage),
         "cannot be combined with parallelism.find_unused_parameters = true (the sharded "
         "optimizer would update parameters no rank used); use zero_stage 0");
   }
-  if (s.precision == "fp16" && p.zero_stage == 1 &&
+  if (s.precision == "fp16" && p.zero_stage != 0 &&
       AllFine(*problems, {"precision", "parallelism.zero_stage"})) {
-    // The loss scaler unscales and checks whole .grad tensors; ZeRO-1 leaves each rank a shard.
+    // The loss scaler unscales and checks whole .grad tensors; ZeRO leaves each rank a shard.
     add("precision", "\"fp16\"",
-        "cannot be combined with parallelism.zero_stage = 1 (the loss scaler does not see "
-        "sharded gradients); use bf16 or zero_stage 0");
+        "cannot be combined with parallelism.zero_stage = " + std::to_string(p.zero_stage) +
+            " (the loss scaler does not see sharded gradients); use bf16 or zero_stage 0");
   }
   CheckBackend(s, problems);
   CheckElastic(s, problems);

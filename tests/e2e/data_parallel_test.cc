@@ -1,13 +1,14 @@
 // Acceptance for data parallelism: N real rank processes (`trainyard train --nproc N`, Gloo on
 // loopback) with batch b per rank must end where one process with batch N x b ends, within
 // 1e-5 relative, for the MLP on Fashion-MNIST and a tiny GPT on the King James Bible; with SGD
-// and AdamW, gradient accumulation, ZeRO-1 and activation checkpointing.
+// and AdamW, gradient accumulation, ZeRO-1, ZeRO-2 and activation checkpointing.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <map>
 
+#include "common/json.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/tensor/safetensors.h"
@@ -29,12 +30,13 @@ struct Job {
   int64_t accumulation = 1;
   int zero_stage = 0;
   bool activation_checkpointing = false;
+  int steps = 20;
 };
 
-// A 20-step job; `batch` per rank and micro-batch. Dropout is off so ranks draw no randomness.
-// The GPT has no biases: the key projection's bias has an exactly zero gradient in theory
-// (softmax ignores a shift shared by all scores), so in float32 it gets rounding noise, which
-// Adam normalises into full-size steps of random sign, in one process as in N.
+// A job of job.steps steps; `batch` per rank and micro-batch. Dropout is off so ranks draw no
+// randomness. The GPT has no biases: the key projection's bias has an exactly zero gradient in
+// theory (softmax ignores a shift shared by all scores), so in float32 it gets rounding noise,
+// which Adam normalises into full-size steps of random sign, in one process as in N.
 std::string WriteSpec(const TempDir& dir, const std::string& name, const Job& job, int64_t batch,
                       int world) {
   const std::string path = dir.path() + "/" + name + ".yaml";
@@ -51,7 +53,7 @@ std::string WriteSpec(const TempDir& dir, const std::string& name, const Job& jo
   }
   out << "optimizer: " << job.optimizer << "\n"
       << "grad_clip_norm: 1.0\n"
-      << "batch_size: " << batch << "\nsteps: 20\nseed: 3\n"
+      << "batch_size: " << batch << "\nsteps: " << job.steps << "\nseed: 3\n"
       << "eval: {max_batches: 1}\n"
       << "checkpoint: {dir: " << dir.path() << "/" << name << "}\n"
       << "parallelism: {world_size: " << world << ", grad_accumulation_steps: " << job.accumulation
@@ -69,8 +71,10 @@ std::map<std::string, Tensor> TrainAndLoad(const TempDir& dir, const std::string
   ProcessResult r = RunProcess({kBin, "train", spec, "--quiet", "-o", "json"}, 300s);
   EXPECT_EQ(r.exit_code, 0) << name << ":\n" << r.err;
   if (stdout_json != nullptr) *stdout_json = r.out;
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "/step-%08d", job.steps);
   StatusOr<SafetensorsFile> f =
-      LoadSafetensors(dir.path() + "/" + name + "/step-00000020/model.safetensors");
+      LoadSafetensors(dir.path() + "/" + name + step_dir + "/model.safetensors");
   EXPECT_TRUE(f.ok()) << f.status();
   std::map<std::string, Tensor> weights;
   if (f.ok()) {
@@ -98,13 +102,40 @@ void ExpectSameWeights(const std::map<std::string, Tensor>& got,
   }
 }
 
-// One process with batch N x b (and the same accumulation) against N ranks with batch b.
+// The training loss of every step, from the run's metrics.jsonl.
+std::vector<double> StepLosses(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    StatusOr<Json> j = Json::Parse(line);
+    EXPECT_TRUE(j.ok()) << metrics << ": " << line;
+    if (!j.ok() || j->Find("type")->string_value() != "step") continue;
+    losses.push_back(j->Find("loss")->number_value());
+  }
+  return losses;
+}
+
+// Every step's loss agrees to 1e-5 relative.
+void ExpectSameLosses(const std::string& got, const std::string& want, const Job& job) {
+  const std::vector<double> a = StepLosses(got), b = StepLosses(want);
+  ASSERT_EQ(a.size(), static_cast<size_t>(job.steps)) << got;
+  ASSERT_EQ(b.size(), a.size()) << want;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(b[i])) << "step " << i + 1;
+  }
+}
+
+// One process with batch N x b (and the same accumulation) against N ranks with batch b: the
+// losses of every step and the final weights.
 void ExpectEquivalent(const Job& job, int world, int64_t batch = 8) {
   TempDir dir;
   const auto one = TrainAndLoad(dir, "one", job, batch * world, 1);
   const auto many = TrainAndLoad(dir, "ranks", job, batch, world);
-  ExpectSameWeights(many, one,
-                    job.model + " " + job.optimizer + " on " + std::to_string(world) + " ranks");
+  const std::string what =
+      job.model + " " + job.optimizer + " on " + std::to_string(world) + " ranks";
+  SCOPED_TRACE(what);
+  ExpectSameLosses(dir.path() + "/ranks/metrics.jsonl", dir.path() + "/one/metrics.jsonl", job);
+  ExpectSameWeights(many, one, what);
   // And the ranks changed the weights: the runs are not trivially equal.
   TempDir init;
   Job frozen = job;
@@ -148,6 +179,12 @@ TEST(DataParallelTest, ZeroOneMatchesOneProcess) {
   ExpectEquivalent({"gpt", kSgd, 2, /*zero_stage=*/1}, 2, 4);
 }
 
+// ZeRO-2 reduce-scatters every micro-batch (accumulation adds into the shards).
+TEST(DataParallelTest, ZeroTwoMatchesOneProcessOverFiftySteps) {
+  ExpectEquivalent({"mlp", kAdamW, /*accumulation=*/2, /*zero_stage=*/2, false, /*steps=*/50}, 3);
+  ExpectEquivalent({"gpt", kAdamW, 1, /*zero_stage=*/2, false, /*steps=*/50}, 2, 4);
+}
+
 TEST(DataParallelTest, ActivationCheckpointingMatchesOneProcess) {
   ExpectEquivalent({"gpt", kAdamW, 1, 0, /*activation_checkpointing=*/true}, 2, 4);
   ExpectEquivalent({"gpt", kAdamW, 2, 1, /*activation_checkpointing=*/true}, 3, 4);
@@ -159,11 +196,12 @@ TEST(DataParallelTest, ActivationCheckpointingMatchesOneProcess) {
 namespace trainyard {
 namespace {
 
-// Checkpoints do not depend on the world size: ZeRO-1 shards are gathered into the unsharded
-// form. 10 steps on 2 ranks (batch 8 each), then 10 more on 4 ranks (batch 4 each) or on one
-// process (batch 16) from that checkpoint, end where 20 steps of one process with batch 16 end.
-TEST(DataParallelTest, ZeroCheckpointsResumeOnAnotherWorldSize) {
-  const Job zero{"mlp", kAdamW, 1, /*zero_stage=*/1};
+// Checkpoints do not depend on the world size: ZeRO-1 and ZeRO-2 shards are gathered into the
+// unsharded form. 10 steps on 2 ranks (batch 8 each), then 10 more on 4 ranks (batch 4 each) or on
+// one process (batch 16) from that checkpoint, end where 20 steps of one process with batch 16 end.
+void ExpectZeroResumesOnAnotherWorldSize(int stage) {
+  SCOPED_TRACE("zero_stage " + std::to_string(stage));
+  const Job zero{"mlp", kAdamW, 1, stage};
   TempDir ref_dir;
   const auto want = TrainAndLoad(ref_dir, "ref", zero, 16, 1);
   for (int resume_world : {4, 1}) {
@@ -179,6 +217,11 @@ TEST(DataParallelTest, ZeroCheckpointsResumeOnAnotherWorldSize) {
         << summary;
     ExpectSameWeights(got, want, "resumed on " + std::to_string(resume_world) + " rank(s)");
   }
+}
+
+TEST(DataParallelTest, ZeroCheckpointsResumeOnAnotherWorldSize) {
+  ExpectZeroResumesOnAnotherWorldSize(1);
+  ExpectZeroResumesOnAnotherWorldSize(2);
 }
 
 }  // namespace

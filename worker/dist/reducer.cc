@@ -1,5 +1,6 @@
 #include "worker/dist/reducer.h"
 
+#include <deque>
 #include <mutex>
 #include <sstream>
 
@@ -44,6 +45,10 @@ Status CheckParam(const NamedTensor& p, const NamedTensor& first) {
 
 }  // namespace
 
+int64_t BytesOf(const Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(ElementSize(t.dtype())) : 0;
+}
+
 std::vector<std::vector<size_t>> PlanBuckets(const std::vector<NamedTensor>& params,
                                              int64_t first_bucket_bytes, int64_t bucket_bytes) {
   std::vector<std::vector<size_t>> plan;
@@ -73,6 +78,14 @@ class Reducer::State {
   void Prepare();
   Status Finish();
   void OnGradReady(size_t param);
+  int64_t PeakBytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_bytes_;
+  }
+  void ClearShards() {
+    std::lock_guard<std::mutex> lock(mu_);
+    accumulate_ = false;
+  }
   std::shared_ptr<Work> WorkOf(size_t bucket) const {
     std::lock_guard<std::mutex> lock(mu_);
     return works_.at(bucket);
@@ -91,10 +104,15 @@ class Reducer::State {
     int64_t offset = 0;
     Tensor view;  // .grad when synchronising
   };
+  void MakeBuffer(size_t bucket);  // and its parameters' views
   void InstallView(size_t param);
   void MarkReady(size_t param);
   void LaunchReadyBuckets();
   void Launch(size_t bucket);
+  // release_buckets (Note [Released buckets]).
+  void RetireDone();            // the completed buckets at the front of live_
+  void Fold(size_t bucket);     // its reduce-scatter's output into its shard
+  void Release(size_t bucket);  // drops its buffer and its parameters' gradients
   // Which parameters some rank used (an all-reduce of this rank's `used_here`).
   Status ReduceUsedBitmap(const std::vector<char>& used_here, std::vector<char>* used_anywhere);
 
@@ -106,7 +124,11 @@ class Reducer::State {
   std::vector<Tensor> comm_;      // per bucket: what travels (the buffer or a compressed copy)
   std::vector<Tensor> comm_out_;  // shard_gradients: the reduce-scatter output (shard or a copy)
   std::vector<std::shared_ptr<Work>> works_;
-  size_t next_bucket_ = 0;  // buckets launch strictly in order
+  size_t next_bucket_ = 0;   // buckets launch strictly in order
+  std::deque<size_t> live_;  // release_buckets: launched, not yet folded and released
+  bool accumulate_ = false;  // release_buckets: add to the shards (a later micro-batch)
+  int64_t held_bytes_ = 0;   // buffers and shards now
+  int64_t peak_bytes_ = 0;   // ... at most
   bool in_backward_ = false;
   bool finishing_ = false;
   Status hook_error_;
@@ -125,18 +147,15 @@ Status Reducer::State::Init() {
       slots_[k] = ParamSlot{buckets_.size(), b.numel, Tensor()};
       b.numel += params_[k].second.numel();
     }
-    const int64_t padded = (b.numel + world - 1) / world * world;
+    b.padded = (b.numel + world - 1) / world * world;
     const Tensor& first = params_[members.front()].second;
-    b.buffer = Zeros(Shape{padded}, first.options());
     if (options_.shard_gradients) {
-      const int64_t chunk = padded / world;
-      b.shard = Zeros(Shape{chunk}, b.buffer.options());
-    }
-    for (size_t i = 0; i < members.size(); ++i) {
-      const Tensor& p = params_[members[i]].second;
-      slots_[members[i]].view = ViewOf(b.buffer, b.offsets[i], p.shape());
+      b.shard = Zeros(Shape{b.padded / world}, first.options());
+      held_bytes_ += BytesOf(b.shard);
+      peak_bytes_ = held_bytes_;
     }
     buckets_.push_back(std::move(b));
+    if (!options_.release_buckets) MakeBuffer(buckets_.size() - 1);
   }
   ready_.assign(params_.size(), 0);
   used_.assign(params_.size(), 0);
@@ -145,6 +164,17 @@ Status Reducer::State::Init() {
   comm_out_.resize(buckets_.size());
   works_.resize(buckets_.size());
   return OkStatus();
+}
+
+void Reducer::State::MakeBuffer(size_t b) {
+  Bucket& bucket = buckets_[b];
+  bucket.buffer = Zeros(Shape{bucket.padded}, params_[bucket.params.front()].second.options());
+  held_bytes_ += BytesOf(bucket.buffer);
+  peak_bytes_ = std::max(peak_bytes_, held_bytes_);
+  for (size_t i = 0; i < bucket.params.size(); ++i) {
+    const size_t k = bucket.params[i];
+    slots_[k].view = ViewOf(bucket.buffer, bucket.offsets[i], params_[k].second.shape());
+  }
 }
 
 // Points .grad at the bucket view, keeping whatever gradient the parameter already has.
@@ -163,7 +193,13 @@ void Reducer::State::InstallView(size_t k) {
 
 void Reducer::State::Prepare() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t k = 0; k < params_.size(); ++k) InstallView(k);
+  if (options_.release_buckets) {
+    // What a failed backward left launched is dropped; buffers are made as gradients arrive.
+    for (size_t b : live_) Release(b);
+    live_.clear();
+  } else {
+    for (size_t k = 0; k < params_.size(); ++k) InstallView(k);
+  }
   if (!sync_) return;
   std::fill(ready_.begin(), ready_.end(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -183,18 +219,21 @@ void Reducer::State::OnGradReady(size_t k) {
     return;
   }
   if (!in_backward_) return;
-  // A gradient that AccumulateGrad put somewhere else (set_to_none, a replaced .grad) moves in.
-  InstallView(k);
-  if (ready_[k]) {
-    // A second accumulation in one backward (a re-entrant backward, e.g. a checkpointed
-    // segment, reaching a parameter also used outside it). Harmless until its bucket has left.
-    if (works_[slots_[k].bucket] && hook_error_.ok()) {
+  const size_t b = slots_[k].bucket;
+  // A second accumulation in one backward (a re-entrant backward, e.g. a checkpointed segment,
+  // reaching a parameter also used outside it) is harmless until its bucket has left.
+  if (ready_[k] && works_[b]) {
+    if (hook_error_.ok()) {
       hook_error_ = FailedPreconditionError(
           "reducer: parameter " + params_[k].first +
           " received a second gradient in one backward after its bucket was already reduced");
     }
     return;
   }
+  if (options_.release_buckets && !buckets_[b].buffer.defined()) MakeBuffer(b);
+  // A gradient that AccumulateGrad put somewhere else (set_to_none, a replaced .grad) moves in.
+  InstallView(k);
+  if (ready_[k]) return;
   MarkReady(k);
   LaunchReadyBuckets();
 }
@@ -226,13 +265,52 @@ void Reducer::State::Launch(size_t b) {
   comm_[b] = comm;
   if (stats_.first_launch == SteadyClock::time_point{}) stats_.first_launch = SteadyClock::now();
   if (options_.shard_gradients) {
-    comm_out_[b] = comm.dtype() == bucket.shard.dtype()
+    // A later micro-batch's share (release_buckets) is added to the shard in Fold.
+    comm_out_[b] = comm.dtype() == bucket.shard.dtype() && !accumulate_
                        ? bucket.shard
                        : Empty(bucket.shard.shape(), comm.options());
     works_[b] = group_->ReduceScatter(comm_out_[b], comm, op);
   } else {
     works_[b] = group_->AllReduce(comm, op);
   }
+  if (!options_.release_buckets) return;
+  live_.push_back(b);
+  RetireDone();
+  if (live_.size() <= kLiveBuckets) return;
+  // Bounded memory: wait for the oldest (a failure is reported by Finish, which waits again).
+  const size_t oldest = live_.front();
+  if (WaitFor(*group_, *works_[oldest]).ok()) RetireDone();
+}
+
+void Reducer::State::RetireDone() {
+  while (!live_.empty() && works_[live_.front()]->IsCompleted()) {
+    const size_t b = live_.front();
+    // A failed bucket is not folded: Finish reports it and the step is lost.
+    if (works_[b]->Wait(std::chrono::milliseconds(0)).ok()) Fold(b);
+    Release(b);
+    live_.pop_front();
+  }
+}
+
+void Reducer::State::Fold(size_t b) {
+  Bucket& bucket = buckets_[b];
+  if (comm_out_[b].storage() == bucket.shard.storage()) return;  // written in place
+  autograd::NoGradGuard no_grad;
+  if (accumulate_) {
+    ops::AddInPlace(bucket.shard, ConvertTo(comm_out_[b], bucket.shard.dtype()));
+  } else {
+    CopyInto(bucket.shard, comm_out_[b]);
+  }
+}
+
+void Reducer::State::Release(size_t b) {
+  Bucket& bucket = buckets_[b];
+  held_bytes_ -= BytesOf(bucket.buffer);
+  for (size_t k : bucket.params) {
+    params_[k].second.set_grad(Tensor());
+    slots_[k].view = Tensor();
+  }
+  bucket.buffer = comm_[b] = comm_out_[b] = Tensor();
 }
 
 Status Reducer::State::ReduceUsedBitmap(const std::vector<char>& used_here,
@@ -308,12 +386,17 @@ Status Reducer::State::Finish() {
     stats_.comm_seconds += Seconds(w.end_time() - w.start_time());
     stats_.bytes += w.bytes();
     Bucket& bucket = buckets_[b];
+    if (options_.release_buckets) continue;  // below
     if (options_.shard_gradients) {
       if (comm_out_[b].dtype() != bucket.shard.dtype()) CopyInto(bucket.shard, comm_out_[b]);
     } else if (comm_[b].dtype() != bucket.buffer.dtype()) {
       CopyInto(bucket.buffer, comm_[b]);
     }
     comm_[b] = comm_out_[b] = Tensor();
+  }
+  if (options_.release_buckets) {
+    RetireDone();  // every bucket is done by now
+    accumulate_ = true;
   }
   // NCCL's convention: an all-reduce moves 2(n-1)/n of the data per rank, a reduce-scatter
   // (n-1)/n.
@@ -336,6 +419,9 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor> para
   if (options.bucket_bytes <= 0 || options.first_bucket_bytes <= 0) {
     return InvalidArgumentError("reducer: bucket sizes must be positive");
   }
+  if (options.release_buckets && !options.shard_gradients) {
+    return InvalidArgumentError("reducer: release_buckets needs shard_gradients");
+  }
   if (options.compression && *options.compression != DType::kBFloat16 &&
       *options.compression != DType::kFloat16) {
     return InvalidArgumentError(std::string("reducer: compression dtype ") +
@@ -354,12 +440,15 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor> para
 }
 
 Reducer::~Reducer() = default;
-void Reducer::set_sync(bool sync) { state_->sync_ = sync; }
+void Reducer::set_sync(bool sync) { state_->sync_ = sync || state_->options_.release_buckets; }
+void Reducer::ClearShards() { state_->ClearShards(); }
 bool Reducer::sync() const { return state_->sync_; }
 void Reducer::Prepare() { state_->Prepare(); }
 Status Reducer::Finish() { return state_->Finish(); }
 const std::vector<Bucket>& Reducer::buckets() const { return state_->buckets_; }
 const std::vector<NamedTensor>& Reducer::params() const { return state_->params_; }
+const ReducerOptions& Reducer::options() const { return state_->options_; }
+int64_t Reducer::peak_gradient_bytes() const { return state_->PeakBytes(); }
 const ReducerStats& Reducer::stats() const { return state_->stats_; }
 std::shared_ptr<Work> Reducer::work(size_t bucket) const { return state_->WorkOf(bucket); }
 ProcessGroup& Reducer::group() const { return *state_->group_; }

@@ -21,6 +21,14 @@
 // A parameter larger than a bucket gets one of its own. Each bucket's buffer is padded to a
 // multiple of the world size so it can also be reduce-scattered (ZeRO-1).
 //
+// Note [Released buckets]: with release_buckets (ZeRO-2) a bucket's buffer is made when the
+// first of its gradients arrives (that gradient is copied in; the others then accumulate
+// straight into their views) and dropped, with its parameters' .grad, as soon as its
+// reduce-scatter is done and folded into the shard. At most kLiveBuckets launched buffers are
+// kept: launching one more first waits for the oldest. So a rank holds its shards, the buckets
+// being filled (usually one; two where an op's gradients straddle a boundary; more only where
+// gradients arrive far from bucket order) and a few in flight, never the whole gradient.
+//
 // Thread safety: hooks run on the thread running backward; Finish and Prepare on the caller's.
 // One backward at a time.
 #pragma once
@@ -41,6 +49,9 @@ namespace trainyard::dist {
 
 using NamedTensor = std::pair<std::string, Tensor>;
 
+// release_buckets: launched buckets whose buffers may be alive at once (Note [Released buckets]).
+inline constexpr size_t kLiveBuckets = 2;
+
 struct ReducerOptions {
   int64_t bucket_bytes = int64_t{25} << 20;
   int64_t first_bucket_bytes = int64_t{1} << 20;
@@ -54,17 +65,22 @@ struct ReducerOptions {
   // where the average would not.
   std::optional<DType> compression;
   // ZeRO-1: reduce-scatter each bucket instead of all-reducing it; afterwards only this rank's
-  // shard of each bucket (shard_grad()) holds averaged gradients.
+  // shard of each bucket (Bucket::shard) holds averaged gradients.
   bool shard_gradients = false;
+  // ZeRO-2 (with shard_gradients): no whole gradient outlives its bucket's reduce-scatter
+  // (Note [Released buckets]). Every backward reduces (set_sync(false) is ignored) and adds
+  // into the shards, which ClearShards() starts afresh.
+  bool release_buckets = false;
 };
 
 // One bucket: a run of parameters sharing a flat buffer.
 struct Bucket {
   std::vector<size_t> params;    // indices into the reducer's parameter list, in bucket order
   std::vector<int64_t> offsets;  // element offset of each parameter in `buffer`
-  Tensor buffer;                 // 1-D, padded to a multiple of the world size
+  Tensor buffer;                 // 1-D, `padded` elements; release_buckets: only while in use
   Tensor shard;                  // shard_gradients: this rank's averaged chunk of `buffer`
   int64_t numel = 0;             // elements before padding
+  int64_t padded = 0;            // numel rounded up to a multiple of the world size
 };
 
 // Per synchronised step, for metrics and the overlap test. Times are steady-clock.
@@ -102,9 +118,16 @@ class Reducer {
   // Call after a synchronised backward: launches the rest, waits (bounded by the group's
   // timeout) and averages. Errors name the collective or the parameters without gradients.
   Status Finish();
+  // release_buckets: the next backward's reduce-scatters overwrite the shards (a new step)
+  // instead of adding to them (the step's further micro-batches).
+  void ClearShards();
 
   const std::vector<Bucket>& buckets() const;
   const std::vector<NamedTensor>& params() const;
+  const ReducerOptions& options() const;
+  // The most bytes of buffers and shards held at once (release_buckets: the shards and the
+  // buckets alive at the busiest moment; compressed copies in flight are not counted).
+  int64_t peak_gradient_bytes() const;
   const ReducerStats& stats() const;  // of the last Finish
   // The collective of `bucket` in the current synchronised backward; null until launched.
   std::shared_ptr<Work> work(size_t bucket) const;
@@ -116,6 +139,9 @@ class Reducer {
   explicit Reducer(std::shared_ptr<State> state) : state_(std::move(state)) {}
   std::shared_ptr<State> state_;  // hooks hold weak references, so they outlive us safely
 };
+
+// The bytes of a tensor's elements (0 when undefined).
+int64_t BytesOf(const Tensor& t);
 
 // Makes every rank's tensors equal to rank 0's (parameters and buffers at start-up).
 Status BroadcastFromRank0(ProcessGroup& group, const std::vector<NamedTensor>& tensors);

@@ -30,9 +30,7 @@ Tensor ParamView(const Bucket& b, size_t i, const Tensor& flat, const Shape& sha
 int64_t OptimizerStateBytes(const optim::Optimizer& optimizer) {
   int64_t bytes = 0;
   for (size_t i = 0; i < optimizer.params().size(); ++i) {
-    for (const auto& [name, t] : optimizer.state(i).buffers) {
-      bytes += t.numel() * static_cast<int64_t>(ElementSize(t.dtype()));
-    }
+    for (const auto& [name, t] : optimizer.state(i).buffers) bytes += BytesOf(t);
   }
   return bytes;
 }
@@ -44,13 +42,16 @@ StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Reducer* reducer,
     return InvalidArgumentError("zero: the reducer must reduce-scatter (shard_gradients)");
   }
   const int rank = reducer->group().rank(), world = reducer->group().size();
+  const bool release = reducer->options().release_buckets;
   std::vector<Tensor> masters;
   std::vector<optim::NamedTensor> named;
   for (size_t b = 0; b < reducer->buckets().size(); ++b) {
     const Bucket& bucket = reducer->buckets()[b];
-    // This rank's chunk of the bucket's buffer: free between the reduce-scatter and the next
-    // backward, so Step() loads the weights there instead of keeping a copy.
-    Tensor master = Chunk(bucket.buffer, rank, world);
+    // ZeRO-1: this rank's chunk of the bucket's buffer, free between the reduce-scatter and the
+    // next backward, so no copy of the weights is kept. ZeRO-2 has no such buffer: a chunk of
+    // its own.
+    Tensor master = release ? Zeros(bucket.shard.shape(), bucket.shard.options())
+                            : Chunk(bucket.buffer, rank, world);
     master.set_requires_grad(true);
     master.set_grad(bucket.shard);  // the reduce-scatter writes the averaged chunk here
     masters.push_back(master);
@@ -61,27 +62,18 @@ StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Reducer* reducer,
   return zero;
 }
 
-Status ZeroOptimizer::GatherInto(const std::vector<Tensor>& chunks) {
-  ProcessGroup& group = reducer_->group();
-  std::vector<std::shared_ptr<Work>> works;
-  for (size_t b = 0; b < chunks.size(); ++b) {
-    works.push_back(group.AllGather(reducer_->buckets()[b].buffer, chunks[b]));
-  }
-  for (const std::shared_ptr<Work>& w : works) RETURN_IF_ERROR(WaitFor(group, *w));
-  return OkStatus();
-}
-
 // Copies the elements of the bucket's parameters that fall in [begin, end) of its layout into
-// `flat` (laid out like the bucket), or back when `to_params`.
+// `flat`, whose first element is element `origin` of that layout, or back when `to_params`.
 static void CopyRange(const Bucket& bucket, const std::vector<NamedTensor>& params,
-                      const Tensor& flat, int64_t begin, int64_t end, bool to_params) {
+                      const Tensor& flat, int64_t origin, int64_t begin, int64_t end,
+                      bool to_params) {
   for (size_t i = 0; i < bucket.params.size(); ++i) {
     const Tensor& p = params[bucket.params[i]].second;
     const int64_t lo = std::max(begin, bucket.offsets[i]);
     const int64_t hi = std::min(end, bucket.offsets[i] + p.numel());
     if (lo >= hi) continue;
     Tensor in_param = MakeView(p, Shape{hi - lo}, Shape{1}, p.offset() + lo - bucket.offsets[i]);
-    Tensor in_flat = MakeView(flat, Shape{hi - lo}, Shape{1}, flat.offset() + lo);
+    Tensor in_flat = MakeView(flat, Shape{hi - lo}, Shape{1}, flat.offset() + lo - origin);
     if (to_params) {
       CopyInto(in_param, in_flat);
     } else {
@@ -90,23 +82,46 @@ static void CopyRange(const Bucket& bucket, const std::vector<NamedTensor>& para
   }
 }
 
+// Every rank's updated chunks into the parameters. ZeRO-1 gathers into the buckets' buffers
+// (zeroed afterwards for the next backward), all at once; ZeRO-2 into buffers of its own, two
+// buckets at a time, so the whole gradient's size is never held.
+Status ZeroOptimizer::GatherWeights() {
+  ProcessGroup& group = reducer_->group();
+  const std::vector<Bucket>& buckets = reducer_->buckets();
+  const bool release = reducer_->options().release_buckets;
+  const size_t n = masters_.size(), window = release ? 2 : n;
+  std::vector<Tensor> in(n), full(n);
+  std::vector<std::shared_ptr<Work>> works(n);
+  size_t launched = 0;
+  for (size_t b = 0; b < n; ++b) {
+    for (; launched < n && launched < b + window; ++launched) {
+      const Tensor& m = masters_[launched];
+      // ZeRO-1's chunk is part of the output: it travels from a copy.
+      in[launched] = release ? m : ConvertTo(m, m.dtype(), /*force_copy=*/true);
+      full[launched] =
+          release ? Empty(Shape{buckets[launched].padded}, m.options()) : buckets[launched].buffer;
+      works[launched] = group.AllGather(full[launched], in[launched]);
+    }
+    RETURN_IF_ERROR(WaitFor(group, *works[b]));
+    CopyRange(buckets[b], reducer_->params(), full[b], 0, 0, buckets[b].numel, true);
+    if (!release) FillInPlace(full[b], 0.0);
+    in[b] = full[b] = Tensor();
+  }
+  return OkStatus();
+}
+
 Status ZeroOptimizer::Step() {
   const int rank = reducer_->group().rank();
-  std::vector<Tensor> chunks;
   for (size_t b = 0; b < masters_.size(); ++b) {
     const Bucket& bucket = reducer_->buckets()[b];
     const int64_t n = masters_[b].numel();
-    CopyRange(bucket, reducer_->params(), bucket.buffer, rank * n, (rank + 1) * n, false);
+    CopyRange(bucket, reducer_->params(), masters_[b], rank * n, rank * n, (rank + 1) * n, false);
     // The reducer's views may have been dropped (set_to_none); the chunks are ours.
     masters_[b].set_grad(bucket.shard);
   }
   inner_->Step();
-  for (const Tensor& m : masters_) chunks.push_back(ConvertTo(m, m.dtype(), /*force_copy=*/true));
-  RETURN_IF_ERROR(GatherInto(chunks));
-  for (const Bucket& bucket : reducer_->buckets()) {
-    CopyRange(bucket, reducer_->params(), bucket.buffer, 0, bucket.numel, true);
-    FillInPlace(bucket.buffer, 0.0);
-  }
+  RETURN_IF_ERROR(GatherWeights());
+  reducer_->ClearShards();
   return OkStatus();
 }
 
@@ -150,7 +165,7 @@ StatusOr<std::vector<optim::NamedTensor>> ZeroOptimizer::StateDict() {
         }
         continue;
       }
-      Tensor full = Empty(bucket.buffer.shape(), t.options());
+      Tensor full = Empty(Shape{bucket.padded}, t.options());
       std::shared_ptr<Work> work = group.AllGather(full, t);
       RETURN_IF_ERROR(WaitFor(group, *work));
       for (size_t i = 0; i < bucket.params.size(); ++i) {
@@ -185,7 +200,7 @@ Status ZeroOptimizer::LoadStateDict(const std::vector<optim::NamedTensor>& state
         shard.emplace_back(BucketName(b) + ".step", t);
         continue;
       }
-      Tensor flat = Zeros(bucket.buffer.shape(), Options(t.dtype()));
+      Tensor flat = Zeros(Shape{bucket.padded}, Options(t.dtype()));
       for (size_t i = 0; i < bucket.params.size(); ++i) {
         const optim::NamedTensor& p = reducer_->params()[bucket.params[i]];
         auto it = full.find(p.first + "." + what);
@@ -202,6 +217,11 @@ Status ZeroOptimizer::LoadStateDict(const std::vector<optim::NamedTensor>& state
   return inner_->LoadStateDict(shard);
 }
 
-int64_t ZeroOptimizer::state_bytes() const { return OptimizerStateBytes(*inner_); }
+int64_t ZeroOptimizer::state_bytes() const {
+  int64_t bytes = OptimizerStateBytes(*inner_);
+  if (!reducer_->options().release_buckets) return bytes;  // ZeRO-1's masters are the buffers'
+  for (const Tensor& m : masters_) bytes += BytesOf(m);
+  return bytes;
+}
 
 }  // namespace trainyard::dist

@@ -1,14 +1,17 @@
-// ZeroOptimizer: ZeRO stage 1, optimizer state sharded across the ranks of a data-parallel group.
+// ZeroOptimizer: ZeRO stages 1 and 2, optimizer state (and, stage 2, gradients) sharded across
+// the ranks of a data-parallel group.
 //
 // The Reducer (in shard_gradients mode) reduce-scatters each bucket, leaving rank r the average
 // of its chunk r of every bucket. An ordinary Optimizer runs over just those chunks, so moments
 // and momentum take 1/N of the memory. Step():
-//   1. loads this rank's chunk of the weights into chunk r of each bucket's gradient buffer
-//      (free once reduce-scattered: no copy of the weights is kept between steps);
+//   1. loads this rank's chunk of the weights into its master chunk per bucket: for stage 1,
+//      chunk r of the bucket's gradient buffer (free once reduce-scattered: no copy of the
+//      weights is kept between steps); for stage 2, whose reducer keeps no whole buffers
+//      (release_buckets, Note [Released buckets]), a chunk of its own (1/N of the weights);
 //   2. the inner optimizer updates the chunks (element-wise, so the result equals the
 //      unsharded update);
-//   3. every bucket's chunks are all-gathered into its buffer and copied into the parameters;
-//      the gradients are left zero.
+//   3. every bucket's chunks are all-gathered and copied into the parameters (stage 1 into
+//      the buckets' buffers, then zeroed; stage 2 into two transient buffers at a time).
 //
 // Checkpoints do not depend on the world size: StateDict() gathers the full per-parameter state
 // in exactly the form an unsharded Optimizer writes (Note [Optimizer state dict]), and
@@ -51,17 +54,18 @@ class ZeroOptimizer {
   StatusOr<std::vector<optim::NamedTensor>> StateDict();
   Status LoadStateDict(const std::vector<optim::NamedTensor>& state);
 
-  // Bytes of optimizer state on this rank (the inner optimizer's buffers).
+  // Bytes of optimizer state on this rank: the inner optimizer's buffers (ZeRO-2: and the
+  // master chunks of the weights).
   int64_t state_bytes() const;
   const optim::Optimizer& inner() const { return *inner_; }
 
  private:
   ZeroOptimizer(Reducer* reducer, std::vector<Tensor> masters)
       : reducer_(reducer), masters_(std::move(masters)) {}
-  Status GatherInto(const std::vector<Tensor>& chunks);  // chunk b -> bucket b's buffer
+  Status GatherWeights();
 
   Reducer* reducer_;
-  std::vector<Tensor> masters_;  // per bucket: this rank's chunk of its buffer, 1-D
+  std::vector<Tensor> masters_;  // per bucket: this rank's chunk of the weights, 1-D
   std::unique_ptr<optim::Optimizer> inner_;
 };
 

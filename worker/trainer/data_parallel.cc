@@ -27,7 +27,8 @@ StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
   options.first_bucket_bytes = static_cast<int64_t>(spec.first_bucket_size_mb * (1 << 20));
   options.find_unused_parameters = spec.find_unused_parameters;
   options.compression = CompressionDType(spec.grad_compression);
-  options.shard_gradients = spec.zero_stage == 1;
+  options.shard_gradients = spec.zero_stage >= 1;
+  options.release_buckets = spec.zero_stage == 2;
   ASSIGN_OR_RETURN(dp->reducer_,
                    dist::Reducer::Create(model.NamedParameters(), dp->group_, options));
   return dp;

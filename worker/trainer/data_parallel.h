@@ -1,7 +1,8 @@
 // DataParallel: what the Trainer adds when it is one rank of several (spec.parallelism).
 //
 //   Create     builds the Reducer (bucket sizes, compression, unused parameters from the spec;
-//              for zero_stage 1 it reduce-scatters, for the ZeroOptimizer that update_step.h
+//              for zero_stage 1 and 2 it reduce-scatters (2: releasing each bucket's buffer
+//              once reduced), for the ZeroOptimizer that update_step.h
 //              builds over it), once every rank holds the same weights: rank 0's, from
 //              BroadcastWeightsFromRank0 (or, elastic, the live state: trainer_elastic.cc).
 //   per step   Prepare/Finish around each backward (only the last micro-batch of a step

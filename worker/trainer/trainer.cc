@@ -309,6 +309,16 @@ Status Trainer::StartDataParallel() {
 
 int64_t Trainer::optimizer_state_bytes() const { return update_->state_bytes(); }
 
+int64_t Trainer::weight_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor& p : model_->Parameters()) bytes += dist::BytesOf(p);
+  return bytes;
+}
+
+int64_t Trainer::gradient_bytes() const {
+  return dp_ ? dp_->reducer().peak_gradient_bytes() : weight_bytes();
+}
+
 Tensor Trainer::ForwardLoss(const Tensor& input, const Tensor& target) const {
   AutocastGuard autocast(autocast_dtype_);
   Tensor output = model_->Forward(input);

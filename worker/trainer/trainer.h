@@ -22,7 +22,7 @@
 // every rank decides alike), clips them, and skips the optimizer when any is inf or NaN
 // (StepMetrics::skipped). The scaler's state is saved in optimizer.safetensors as
 // "grad_scaler.scale" and "grad_scaler.growth_tracker" and restored on resume. fp16 with
-// ZeRO-1 is rejected by the spec.
+// ZeRO is rejected by the spec.
 //
 // With TrainerOptions::process_group this process is one rank of a data-parallel run
 // (data_parallel.h): it reads its DistributedSampler shard, the reducer averages gradients
@@ -149,8 +149,14 @@ struct TrainSummary {
   std::string resumed_from;  // the checkpoint this run resumed from; "" when none
   bool interrupted = false;  // stopped by TrainerOptions::stop before the end
   int world_size = 1;        // ranks that trained together
-  // Optimizer state held by this rank (moments, momentum; a 1/world_size share with ZeRO-1).
+  // Optimizer state held by this rank (moments, momentum; a 1/world_size share with ZeRO).
   int64_t optimizer_state_bytes = 0;
+  int64_t weight_bytes = 0;  // the parameters this rank holds
+  // The most gradient memory this rank held at once: every .grad in one process; the
+  // reducer's buckets and shards with data parallelism (ZeRO-2: the shards and the buckets
+  // alive at the busiest moment).
+  int64_t gradient_bytes = 0;
+  int64_t peak_resident_bytes = 0;  // the process's peak resident set (getrusage's ru_maxrss)
   // Steps of this run the fp16 loss scaler skipped (StepMetrics::skipped); 0 otherwise.
   int64_t skipped_steps = 0;
 };
@@ -254,8 +260,10 @@ class Trainer {
   const spec::JobSpec& spec() const { return spec_; }
   const JobData& data() const { return data_; }
   nn::Module& model() { return *model_; }
-  // Bytes of optimizer state this rank holds (a 1/world_size share with ZeRO-1).
+  // Bytes of optimizer state this rank holds (a 1/world_size share with ZeRO).
   int64_t optimizer_state_bytes() const;
+  int64_t weight_bytes() const;                               // TrainSummary::weight_bytes
+  int64_t gradient_bytes() const;                             // TrainSummary::gradient_bytes
   int64_t num_parameters() const { return num_parameters_; }  // tied weights counted once
   int64_t step() const { return step_; }
   int64_t total_steps() const { return total_steps_; }
@@ -372,7 +380,7 @@ class Trainer {
   JobData data_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<DataParallel> dp_;  // null in a one-process run
-  // The optimizer step of the spec's mode (plain, fp16 or ZeRO-1); after dp_, whose reducer
+  // The optimizer step of the spec's mode (plain, fp16 or ZeRO); after dp_, whose reducer
   // ZeRO's refers to.
   std::unique_ptr<UpdateStep> update_;
   DType autocast_dtype_ = DType::kFloat32;  // spec.precision's; kFloat32: autocast off

@@ -1,6 +1,8 @@
 // Trainer's training loop (trainer.h): Run repeats Step until the step count or a stop; a step
 // is its micro-batches' forward and backward, the UpdateStep of the spec's mode, one wait for
 // the device, the ranks' agreement and the step's report. Evaluate runs the held-out split.
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -301,6 +303,10 @@ StatusOr<TrainSummary> Trainer::Finish(RunTally* tally) {
   summary.steps = step_;
   summary.world_size = world_size_;
   summary.optimizer_state_bytes = optimizer_state_bytes();
+  summary.gradient_bytes = gradient_bytes();
+  summary.weight_bytes = weight_bytes();
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) summary.peak_resident_bytes = usage.ru_maxrss * 1024;
   summary.checkpoint = last_checkpoint_;
   summary.seconds = SecondsSince(tally->start);
   const std::deque<double>& losses = tally->recent_losses;

@@ -165,15 +165,15 @@ class ScaledUpdate final : public WholeOptimizerUpdate {
   std::unique_ptr<optim::GradScaler> scaler_;
 };
 
-// ZeRO-1 (worker/dist/zero.h). The sharded optimizer needs the reducer, which Start brings;
-// a resumed state waits for it.
+// ZeRO-1 and ZeRO-2 (worker/dist/zero.h). The sharded optimizer needs the reducer, which Start
+// brings; a resumed state waits for it.
 class ZeroUpdate final : public UpdateStep {
  public:
   ZeroUpdate(spec::OptimizerSpec optimizer, double clip_norm)
       : optimizer_spec_(std::move(optimizer)), clip_norm_(clip_norm) {}
 
   Status Start(DataParallel* dp) override {
-    TY_CHECK(dp != nullptr) << "ZeRO-1 started without a process group";
+    TY_CHECK(dp != nullptr) << "ZeRO started without a process group";
     const spec::OptimizerSpec& o = optimizer_spec_;
     ASSIGN_OR_RETURN(
         zero_, dist::ZeroOptimizer::Create(&dp->reducer(), [&o](std::vector<optim::NamedTensor> p) {
@@ -222,8 +222,8 @@ class ZeroUpdate final : public UpdateStep {
 
 Status ValidateUpdateStep(const spec::JobSpec& spec, const optim::GradScalerOptions& scaler) {
   if (spec.precision != "fp16") return OkStatus();
-  // ZeRO-1 leaves each rank gradient shards, which the scaler does not see.
-  TY_CHECK(spec.parallelism.zero_stage == 0) << "the job spec allowed fp16 with ZeRO-1";
+  // ZeRO leaves each rank gradient shards, which the scaler does not see.
+  TY_CHECK(spec.parallelism.zero_stage == 0) << "the job spec allowed fp16 with ZeRO";
   return optim::GradScaler::Validate(scaler);
 }
 
@@ -232,7 +232,7 @@ StatusOr<std::unique_ptr<UpdateStep>> MakeUpdateStep(const spec::JobSpec& spec,
                                                      nn::Module& model, bool data_parallel) {
   RETURN_IF_ERROR(ValidateUpdateStep(spec, scaler));
   const double clip = spec.grad_clip_norm;
-  // ZeRO-1 replaces the whole optimizer exactly when there is a group to shard it over.
+  // ZeRO replaces the whole optimizer exactly when there is a group to shard it over.
   if (data_parallel && spec.parallelism.zero_stage != 0) {
     return std::unique_ptr<UpdateStep>(new ZeroUpdate(spec.optimizer, clip));
   }

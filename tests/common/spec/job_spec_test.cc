@@ -174,17 +174,20 @@ TEST(JobSpecTest, PrecisionIsFp32Bf16OrFp16AndDeviceIsCpuOrCuda) {
   EXPECT_THAT(text, HasSubstr("device = \"cuda:0\": allowed: one of \"cpu\", \"cuda\""));
 }
 
-TEST(JobSpecTest, Fp16CannotBeCombinedWithZeroStageOne) {
-  Json json = Minimal();
-  json.Set("precision", "fp16");
-  SetPath(&json, "parallelism.world_size", 2);
-  SetPath(&json, "parallelism.zero_stage", 1);
-  EXPECT_THAT(ProblemsOf(json),
-              HasSubstr("precision = \"fp16\": cannot be combined with parallelism.zero_stage = "
-                        "1 (the loss scaler does not see sharded gradients); use bf16 or "
-                        "zero_stage 0"));
-  json.Set("precision", "bf16");
-  EXPECT_TRUE(ParseJobSpec(json).ok());
+TEST(JobSpecTest, Fp16CannotBeCombinedWithZero) {
+  for (int stage : {1, 2}) {
+    Json json = Minimal();
+    json.Set("precision", "fp16");
+    SetPath(&json, "parallelism.world_size", 2);
+    SetPath(&json, "parallelism.zero_stage", stage);
+    EXPECT_THAT(ProblemsOf(json), HasSubstr("precision = \"fp16\": cannot be combined with "
+                                            "parallelism.zero_stage = " +
+                                            std::to_string(stage) +
+                                            " (the loss scaler does not see sharded gradients); "
+                                            "use bf16 or zero_stage 0"));
+    json.Set("precision", "bf16");
+    EXPECT_TRUE(ParseJobSpec(json).ok());
+  }
 }
 
 TEST(JobSpecTest, NamesMissingRequiredParts) {
@@ -426,7 +429,7 @@ TEST(JobSpecTest, ParallelismFieldsOutsideTheirRangesNameTheRange) {
   SetPath(&json, "parallelism.bucket_size_mb", 0);
   SetPath(&json, "parallelism.first_bucket_size_mb", 2000);
   SetPath(&json, "parallelism.grad_accumulation_steps", 0);
-  SetPath(&json, "parallelism.zero_stage", 2);
+  SetPath(&json, "parallelism.zero_stage", 4);
   SetPath(&json, "parallelism.activation_checkpointing", "yes");
   SetPath(&json, "parallelism.collective_timeout_seconds", -5);
   SetPath(&json, "parallelism.find_unused_parameters", 1);
@@ -441,7 +444,7 @@ TEST(JobSpecTest, ParallelismFieldsOutsideTheirRangesNameTheRange) {
   EXPECT_THAT(text, HasSubstr("parallelism.bucket_size_mb = 0: must be in (0, 1024]"));
   EXPECT_THAT(text, HasSubstr("parallelism.first_bucket_size_mb = 2000: must be in (0, 1024]"));
   EXPECT_THAT(text, HasSubstr("parallelism.grad_accumulation_steps = 0: must be in [1, 1000000]"));
-  EXPECT_THAT(text, HasSubstr("parallelism.zero_stage = 2: must be in [0, 1]"));
+  EXPECT_THAT(text, HasSubstr("parallelism.zero_stage = 4: must be in [0, 2]"));
   EXPECT_THAT(text,
               HasSubstr("parallelism.activation_checkpointing = \"yes\": expected true or false"));
   EXPECT_THAT(text,

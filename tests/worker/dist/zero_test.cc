@@ -10,9 +10,11 @@
 
 #include "tests/testing/dist.h"
 #include "worker/autograd/engine.h"
+#include "worker/autograd/hooks.h"
 #include "worker/ops/elementwise.h"
 #include "worker/ops/linalg.h"
 #include "worker/ops/reduction.h"
+#include "worker/ops/views.h"
 #include "worker/optim/adam.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/generator.h"
@@ -83,9 +85,11 @@ struct Rank {
   std::unique_ptr<Reducer> reducer;
   std::unique_ptr<ZeroOptimizer> zero;
 
-  explicit Rank(std::shared_ptr<ProcessGroup> group) {
+  // `stage` 1 or 2 (the reducer releases its buckets).
+  explicit Rank(std::shared_ptr<ProcessGroup> group, int stage = 1) {
     ReducerOptions options;
     options.shard_gradients = true;
+    options.release_buckets = stage == 2;
     options.first_bucket_bytes = 100;  // several buckets
     options.bucket_bytes = 100;
     auto r = Reducer::Create(params, std::move(group), options);
@@ -100,22 +104,30 @@ struct Rank {
     for (size_t k = 0; k < params.size(); ++k) CopyInto(params[k].second, weights[k].second);
     ASSERT_TRUE(zero->LoadStateDict(state).ok());
   }
-  void Train(int rank, int first_step, int steps) {
+  // `micro` micro-batches per step: rank r of w takes inputs r, r + w, ... of the step's.
+  void Train(int rank, int first_step, int steps, int micro = 1) {
+    const int world = reducer->group().size();
     for (int s = first_step; s < first_step + steps; ++s) {
-      reducer->Prepare();
-      ASSERT_TRUE(autograd::Backward(Loss(params, Input(rank, s))).ok());
-      ASSERT_TRUE(reducer->Finish().ok());
+      for (int m = 0; m < micro; ++m) {
+        reducer->set_sync(m == micro - 1);
+        reducer->Prepare();
+        Tensor loss = ops::MulScalar(Loss(params, Input(rank + m * world, s)), 1.0 / micro);
+        ASSERT_TRUE(autograd::Backward(loss).ok());
+        ASSERT_TRUE(reducer->Finish().ok());
+      }
       ASSERT_TRUE(zero->Step().ok());
     }
   }
 };
 
-TEST(ZeroOptimizerTest, StepsLikeOneUnshardedOptimizerAndSavesItsStateDict) {
+class ZeroStageTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ZeroStageTest, StepsLikeOneUnshardedOptimizerAndSavesItsStateDict) {
   const int world = 3, steps = 4;
   std::vector<NamedTensor> want_state;
   const std::vector<NamedTensor> want = Reference(world, steps, &want_state);
   RunRanks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
-    Rank r(group);
+    Rank r(group, GetParam());
     ASSERT_GE(r.reducer->buckets().size(), 2u);
     r.Train(rank, 0, steps);
     for (size_t k = 0; k < want.size(); ++k) {
@@ -128,6 +140,78 @@ TEST(ZeroOptimizerTest, StepsLikeOneUnshardedOptimizerAndSavesItsStateDict) {
     for (size_t i = 0; i < want_state.size(); ++i) {
       EXPECT_EQ((*state)[i].first, want_state[i].first);
       ExpectClose((*state)[i].second, want_state[i].second, want_state[i].first);
+    }
+  });
+}
+
+// Two micro-batches per step: stage 1 accumulates whole gradients and reduces the last; stage 2
+// reduce-scatters each micro-batch and adds into the shards.
+TEST_P(ZeroStageTest, AccumulatesMicroBatchesLikeOneProcess) {
+  const int world = 2, steps = 3;
+  std::vector<NamedTensor> want_state;
+  const std::vector<NamedTensor> want = Reference(2 * world, steps, &want_state);
+  RunRanks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+    Rank r(group, GetParam());
+    r.Train(rank, 0, steps, /*micro=*/2);
+    for (size_t k = 0; k < want.size(); ++k) {
+      ExpectClose(r.params[k].second, want[k].second, want[k].first);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroStageTest, ::testing::Values(1, 2));
+
+// Stage 2 keeps no whole gradient: during backward at most kLiveBuckets launched buffers and
+// the one filling exist; after Finish none, no parameter has a .grad, and the shards hold the
+// averaged gradient. A chain of 8 matrices, one bucket each.
+TEST(ZeroOptimizerTest, StageTwoReleasesEachBucketOnceReduced) {
+  auto chain = [] {
+    Generator gen(9);
+    std::vector<NamedTensor> params;
+    for (int i = 0; i < 8; ++i) {
+      Tensor w = Randn(Shape{4, 4}, {}, &gen);
+      w.set_requires_grad(true);
+      params.emplace_back("w" + std::to_string(i), w);
+    }
+    return params;
+  };
+  auto loss = [](const std::vector<NamedTensor>& params, int rank) {
+    Generator gen(rank);
+    Tensor h = Randn(Shape{2, 4}, {}, &gen);
+    for (const auto& [name, w] : params) h = ops::Matmul(h, w);
+    return ops::Mean(ops::Mul(h, h));
+  };
+  std::vector<NamedTensor> want = chain();  // the average of both ranks' gradients
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(autograd::Backward(ops::MulScalar(loss(want, rank), 0.5)).ok());
+  }
+  RunRanks(2, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+    std::vector<NamedTensor> params = chain();
+    ReducerOptions options;
+    options.shard_gradients = options.release_buckets = true;
+    options.first_bucket_bytes = options.bucket_bytes = 64;
+    auto reducer = Reducer::Create(params, group, options);
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    const std::vector<Bucket>& buckets = (*reducer)->buckets();
+    ASSERT_EQ(buckets.size(), 8u);
+    size_t most_alive = 0;
+    auto count_alive = [&](const Tensor&) {
+      size_t alive = 0;
+      for (const Bucket& b : buckets) alive += b.buffer.defined() ? 1 : 0;
+      most_alive = std::max(most_alive, alive);
+    };
+    for (auto& [name, p] : params) autograd::RegisterPostAccumulateGradHook(p, count_alive);
+    (*reducer)->Prepare();
+    ASSERT_TRUE(autograd::Backward(loss(params, rank)).ok());
+    ASSERT_TRUE((*reducer)->Finish().ok());
+    EXPECT_GE(most_alive, 1u);
+    EXPECT_LE(most_alive, kLiveBuckets + 1);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      EXPECT_FALSE(buckets[b].buffer.defined()) << "bucket " << b;
+      const size_t k = buckets[b].params.front();
+      EXPECT_FALSE(params[k].second.grad().defined()) << params[k].first;
+      const Tensor g = ops::Reshape(want[k].second.grad(), Shape{16});
+      ExpectClose(buckets[b].shard, ops::Slice(g, 0, 8 * rank, 8 * rank + 8), params[k].first);
     }
   });
 }

@@ -7,9 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "common/json.h"
@@ -380,15 +382,19 @@ TEST(JobMemoryTest, TheTrainersPeakLiesWithinTheEstimate) {
   ExpectTrainerWithinTheEstimate(ParseSpec(mlp + Json(csv).Dump() + "}}}"));
 }
 
-// Three ranks of the real Trainer over Gloo (threads), ZeRO-1: each holds exactly the
-// estimate's share of the optimizer state.
-TEST(JobMemoryTest, EachZeroRankOfTheTrainerHoldsTheEstimatedShare) {
+// Three ranks of the real Trainer over Gloo (threads), ZeRO-1 and ZeRO-2: each holds exactly
+// the estimate's share of the optimizer state, and at most the estimate's gradient memory
+// (ZeRO-2's estimate counts the largest buckets that can be alive at once; the measured peak
+// is of the buckets that were). Returns rank 0's gradient bytes.
+int64_t ExpectTrainerZeroRanksWithinTheEstimate(int stage) {
+  SCOPED_TRACE("zero_stage " + std::to_string(stage));
   trainer::testing::TempDir dir;
   const std::string text = dir.path() + "/corpus.txt";
   trainer::testing::WriteGptCorpus(text);
-  const JobSpec spec = TinyGptJob(text, R"(, "parallelism": {"world_size": 3, "zero_stage": 1,
+  const JobSpec spec = TinyGptJob(
+      text, R"(, "parallelism": {"world_size": 3, "zero_stage": )" + std::to_string(stage) + R"(,
       "bucket_size_mb": 0.02, "first_bucket_size_mb": 0.005})");
-  std::vector<int64_t> state(3), parameters(3), vocab(3);
+  std::vector<int64_t> state(3), parameters(3), vocab(3), grads(3);
   ::trainyard::testing::RunRanks(3, [&](int rank, std::shared_ptr<dist::ProcessGroup> group) {
     trainer::TrainerOptions options;
     options.process_group = std::move(group);
@@ -396,16 +402,28 @@ TEST(JobMemoryTest, EachZeroRankOfTheTrainerHoldsTheEstimatedShare) {
     ASSERT_TRUE(t.ok()) << "rank " << rank << ": " << t.status();
     ASSERT_TRUE((*t)->Run().ok());
     state[rank] = (*t)->optimizer_state_bytes();
+    grads[rank] = (*t)->gradient_bytes();
     parameters[rank] = (*t)->num_parameters();
     vocab[rank] = (*t)->data().num_classes;
   });
   const MemoryEstimate e = EstimateRankMemory(spec, vocab[0]);
   const MemoryEstimate unsharded = EstimateRankMemory(TinyGptJob(text, ""), vocab[0]);
-  EXPECT_LT(e.optimizer_bytes, unsharded.optimizer_bytes / 2);
+  EXPECT_LT(e.optimizer_bytes, unsharded.optimizer_bytes * 3 / 4);
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_EQ(state[rank], e.optimizer_bytes) << "rank " << rank;
     EXPECT_EQ(parameters[rank], e.parameters) << "rank " << rank;
+    if (stage == 1) {
+      EXPECT_EQ(grads[rank], e.gradients_bytes) << "rank " << rank;
+    }
+    EXPECT_LE(grads[rank], e.gradients_bytes) << "rank " << rank;
   }
+  return grads[0];
+}
+
+TEST(JobMemoryTest, EachZeroRankOfTheTrainerHoldsTheEstimatedShare) {
+  const int64_t one = ExpectTrainerZeroRanksWithinTheEstimate(1);
+  const int64_t two = ExpectTrainerZeroRanksWithinTheEstimate(2);
+  EXPECT_LT(two, one * 4 / 5);  // ZeRO-2 keeps no whole buffers
 }
 
 // ZeRO-1 and the buckets: the estimate's sums equal what dist::PlanBuckets gives the real
@@ -418,6 +436,7 @@ void ExpectBucketsMatch(const std::string& json, int world, int64_t state_per_el
   std::shared_ptr<nn::Module> model = BuildModelOf(spec, kVocab, &gen);
   const ParallelismSpec& p = spec.parallelism;
   int64_t padded = 0, chunks = 0;
+  std::vector<int64_t> sizes;  // padded, per bucket
   const std::vector<optim::NamedTensor> params = model->NamedParameters();
   for (const std::vector<size_t>& bucket :
        dist::PlanBuckets(params, static_cast<int64_t>(p.first_bucket_size_mb * (1 << 20)),
@@ -425,13 +444,19 @@ void ExpectBucketsMatch(const std::string& json, int world, int64_t state_per_el
     int64_t n = 0;
     for (size_t k : bucket) n += params[k].second.numel();
     const int64_t chunk = (n + world - 1) / world;
+    sizes.push_back(chunk * world);
     padded += chunk * world;
     chunks += chunk;
   }
   const MemoryEstimate e = EstimateRankMemory(spec, kVocab);
-  const bool zero = p.zero_stage == 1;
-  EXPECT_EQ(e.gradients_bytes, 4 * padded + (zero ? 4 * chunks : 0));
-  EXPECT_EQ(e.optimizer_bytes, state_per_element * (zero ? chunks : model->NumParameters()));
+  const bool zero = p.zero_stage >= 1;
+  // ZeRO-2: the four largest buckets can be alive at once, and a master chunk is kept.
+  std::sort(sizes.rbegin(), sizes.rend());
+  const int64_t buffers =
+      p.zero_stage == 2 ? std::accumulate(sizes.begin(), sizes.begin() + 4, int64_t{0}) : padded;
+  EXPECT_EQ(e.gradients_bytes, 4 * buffers + (zero ? 4 * chunks : 0));
+  EXPECT_EQ(e.optimizer_bytes, state_per_element * (zero ? chunks : model->NumParameters()) +
+                                   (p.zero_stage == 2 ? 4 * chunks : 0));
 }
 
 TEST(JobMemoryTest, DataParallelBucketsAndZeroShardsAreExact) {
@@ -444,6 +469,10 @@ TEST(JobMemoryTest, DataParallelBucketsAndZeroShardsAreExact) {
   ExpectBucketsMatch("{" + gpt + R"(, "optimizer": {"sgd": {"momentum": 0.5}},
       "parallelism": {"world_size": 7, "zero_stage": 1}})",
                      7, 4);
+  ExpectBucketsMatch("{" + gpt + R"(, "optimizer": {"adamw": {}},
+      "parallelism": {"world_size": 4, "zero_stage": 2, "bucket_size_mb": 0.01,
+                      "first_bucket_size_mb": 0.002}})",
+                     4, 8);
   ExpectBucketsMatch("{" + gpt + R"(, "optimizer": {"adam": {}},
       "parallelism": {"world_size": 5, "bucket_size_mb": 0.05,
                       "first_bucket_size_mb": 0.05}})",
