@@ -411,7 +411,8 @@ TEST(NcclProcessGroupTest, LoadsThroughTheLoaderAndRunsACollective) {
 // The Reducer over NCCL with the engine's CUDA tensors: its buckets on the device, their
 // collectives on NCCL's stream after an event on the compute stream. Each rank's input differs;
 // every rank ends with the average of the ranks' gradients, computed on the CPU for comparison:
-// all-reduced, all-reduced in bfloat16 (compression), and reduce-scattered (shard_gradients).
+// all-reduced, all-reduced in bfloat16 (compression), reduce-scattered (shard_gradients), and
+// reduce-scattered releasing each bucket (ZeRO-2).
 TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
   SKIP_WITHOUT_GPU();
 #if defined(TY_CUDA_LIB)
@@ -443,7 +444,7 @@ TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
       for (size_t i = 0; i < grad.size(); ++i) want[k][i] += grad[i] / n;
     }
   }
-  for (const char* variant : {"all_reduce", "bfloat16", "shard_gradients"}) {
+  for (const char* variant : {"all_reduce", "bfloat16", "shard_gradients", "release_buckets"}) {
     SCOPED_TRACE(variant);
     const std::string v = variant;
     const double tol = v == "bfloat16" ? 1e-2 : 2e-3;
@@ -454,7 +455,8 @@ TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
       ReducerOptions options;
       options.first_bucket_bytes = 64;  // two buckets: b's, then w's
       if (v == "bfloat16") options.compression = DType::kBFloat16;
-      options.shard_gradients = v == "shard_gradients";
+      options.shard_gradients = v == "shard_gradients" || v == "release_buckets";
+      options.release_buckets = v == "release_buckets";  // ZeRO-2
       auto reducer = Reducer::Create(params, g, options);
       ASSERT_TRUE(reducer.ok()) << reducer.status();
       ASSERT_EQ((*reducer)->buckets().size(), 2u);
@@ -474,9 +476,14 @@ TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
         }
         return;
       }
-      // This rank's chunk of each bucket's padded buffer holds the average there.
+      // This rank's chunk of each bucket's padded buffer holds the average there; ZeRO-2
+      // dropped the buffers and the gradients.
       for (const Bucket& bucket : (*reducer)->buckets()) {
-        std::vector<float> flat(bucket.buffer.numel(), 0.0f);
+        EXPECT_EQ(bucket.buffer.defined(), !options.release_buckets);
+        for (size_t k : bucket.params) {
+          EXPECT_EQ(params[k].second.grad().defined(), !options.release_buckets);
+        }
+        std::vector<float> flat(bucket.padded, 0.0f);
         for (size_t j = 0; j < bucket.params.size(); ++j) {
           const std::vector<float>& p = want[bucket.params[j]];
           std::copy(p.begin(), p.end(), flat.begin() + bucket.offsets[j]);
