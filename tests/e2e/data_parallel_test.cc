@@ -188,6 +188,7 @@ TEST(DataParallelTest, ZeroTwoMatchesOneProcessOverFiftySteps) {
 TEST(DataParallelTest, ActivationCheckpointingMatchesOneProcess) {
   ExpectEquivalent({"gpt", kAdamW, 1, 0, /*activation_checkpointing=*/true}, 2, 4);
   ExpectEquivalent({"gpt", kAdamW, 2, 1, /*activation_checkpointing=*/true}, 3, 4);
+  ExpectEquivalent({"gpt", kAdamW, 2, 2, /*activation_checkpointing=*/true}, 2, 4);
 }
 
 }  // namespace

@@ -286,30 +286,50 @@ TEST(ReducerTest, CompressedAllReduceIsCloseToFloat32) {
   }
 }
 
+// Variants: ZeRO-1's reduce-scatter; ZeRO-2's (release_buckets), also compressed to bfloat16,
+// and over two backwards, whose shares add up in the shard.
 TEST(ReducerTest, ShardModeLeavesEachRankItsChunkOfTheAverage) {
   const int n = 3;
   const auto want = ExpectedMeanGrads(n);
-  RunRanks(n, [&](int rank, std::shared_ptr<ProcessGroup> group) {
-    TinyNet net;
-    ReducerOptions options;
-    options.shard_gradients = true;
-    auto reducer = Reducer::Create(net.params, group, options);
-    ASSERT_TRUE(reducer.ok()) << reducer.status();
-    const Bucket& bucket = (*reducer)->buckets()[0];
-    ASSERT_EQ(bucket.buffer.numel() % n, 0);
-    (*reducer)->Prepare();
-    ASSERT_TRUE(autograd::Backward(net.Loss(BatchFor(rank))).ok());
-    ASSERT_TRUE((*reducer)->Finish().ok());
-    // Lay the expected gradients out as the bucket does and compare this rank's chunk.
-    std::vector<float> flat(bucket.buffer.numel(), 0.f);
-    for (size_t i = 0; i < bucket.params.size(); ++i) {
-      const auto& g = want[bucket.params[i]];
-      std::copy(g.begin(), g.end(), flat.begin() + bucket.offsets[i]);
-    }
-    const int64_t chunk = bucket.shard.numel();
-    std::vector<float> mine(flat.begin() + rank * chunk, flat.begin() + (rank + 1) * chunk);
-    ExpectNear(ToVector<float>(bucket.shard), mine, 1e-6);
-  });
+  for (std::string variant : {"shard", "release", "release_bf16", "release_twice"}) {
+    SCOPED_TRACE(variant);
+    RunRanks(n, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+      TinyNet net;
+      ReducerOptions options;
+      options.shard_gradients = true;
+      options.release_buckets = variant != "shard";
+      if (variant == "release_bf16") options.compression = DType::kBFloat16;
+      auto reducer = Reducer::Create(net.params, group, options);
+      ASSERT_TRUE(reducer.ok()) << reducer.status();
+      const Bucket& bucket = (*reducer)->buckets()[0];
+      ASSERT_EQ(bucket.padded % n, 0);
+      const int backwards = variant == "release_twice" ? 2 : 1;
+      for (int i = 0; i < backwards; ++i) {
+        (*reducer)->Prepare();
+        ASSERT_TRUE(autograd::Backward(net.Loss(BatchFor(rank))).ok());
+        ASSERT_TRUE((*reducer)->Finish().ok());
+      }
+      EXPECT_EQ(bucket.buffer.defined(), !options.release_buckets);
+      // Lay the expected gradients out as the bucket does and compare this rank's chunk.
+      std::vector<float> flat(bucket.padded, 0.f);
+      for (size_t i = 0; i < bucket.params.size(); ++i) {
+        const auto& g = want[bucket.params[i]];
+        std::copy(g.begin(), g.end(), flat.begin() + bucket.offsets[i]);
+      }
+      const int64_t chunk = bucket.shard.numel();
+      std::vector<float> mine(flat.begin() + rank * chunk, flat.begin() + (rank + 1) * chunk);
+      for (float& g : mine) g *= backwards;
+      ExpectNear(ToVector<float>(bucket.shard), mine, options.compression ? 1e-2 : 1e-6);
+      if (backwards == 1) return;
+      // A new step overwrites the shards.
+      (*reducer)->ClearShards();
+      (*reducer)->Prepare();
+      ASSERT_TRUE(autograd::Backward(net.Loss(BatchFor(rank))).ok());
+      ASSERT_TRUE((*reducer)->Finish().ok());
+      for (float& g : mine) g /= backwards;
+      ExpectNear(ToVector<float>(bucket.shard), mine, 1e-6);
+    });
+  }
 }
 
 TEST(ReducerTest, BroadcastFromRank0MakesEveryRankEqual) {
