@@ -408,6 +408,28 @@ TEST(NcclProcessGroupTest, LoadsThroughTheLoaderAndRunsACollective) {
 #endif
 }
 
+// This rank's chunk of each bucket's padded buffer holds the average `want` there; ZeRO-2
+// dropped the buffers and the gradients.
+void ExpectShardsOfTheAverage(const Reducer& reducer, const std::vector<NamedTensor>& params,
+                              const std::vector<std::vector<float>>& want, int rank, double tol) {
+  const bool released = reducer.options().release_buckets;
+  for (const Bucket& bucket : reducer.buckets()) {
+    EXPECT_EQ(bucket.buffer.defined(), !released);
+    for (size_t k : bucket.params) EXPECT_EQ(params[k].second.grad().defined(), !released);
+    std::vector<float> flat(bucket.padded, 0.0f);
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      const std::vector<float>& p = want[bucket.params[j]];
+      std::copy(p.begin(), p.end(), flat.begin() + bucket.offsets[j]);
+    }
+    const std::vector<float> shard = ToVector<float>(bucket.shard);
+    ASSERT_EQ(shard.size() * reducer.group().size(), flat.size());
+    for (size_t i = 0; i < shard.size(); ++i) {
+      const float w = flat[rank * shard.size() + i];
+      EXPECT_NEAR(shard[i], w, tol * (1 + std::abs(w))) << "rank " << rank << " shard " << i;
+    }
+  }
+}
+
 // The Reducer over NCCL with the engine's CUDA tensors: its buckets on the device, their
 // collectives on NCCL's stream after an event on the compute stream. Each rank's input differs;
 // every rank ends with the average of the ranks' gradients, computed on the CPU for comparison:
@@ -476,24 +498,7 @@ TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
         }
         return;
       }
-      // This rank's chunk of each bucket's padded buffer holds the average there; ZeRO-2
-      // dropped the buffers and the gradients.
-      for (const Bucket& bucket : (*reducer)->buckets()) {
-        EXPECT_EQ(bucket.buffer.defined(), !options.release_buckets);
-        for (size_t k : bucket.params) {
-          EXPECT_EQ(params[k].second.grad().defined(), !options.release_buckets);
-        }
-        std::vector<float> flat(bucket.padded, 0.0f);
-        for (size_t j = 0; j < bucket.params.size(); ++j) {
-          const std::vector<float>& p = want[bucket.params[j]];
-          std::copy(p.begin(), p.end(), flat.begin() + bucket.offsets[j]);
-        }
-        const std::vector<float> shard = ToVector<float>(bucket.shard);
-        ASSERT_EQ(shard.size() * n, flat.size());
-        for (size_t i = 0; i < shard.size(); ++i) {
-          expect_near(shard[i], flat[g->rank() * shard.size() + i], "shard " + std::to_string(i));
-        }
-      }
+      ExpectShardsOfTheAverage(**reducer, params, want, g->rank(), tol);
     });
   }
 }
