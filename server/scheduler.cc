@@ -119,7 +119,7 @@ Status CheckCanEverFit(const GangRequest& request, const std::vector<WorkerCapac
         "the job needs " + job.rank_memory + "; the alive workers do not have the memory for " +
         std::to_string(job.world_size) + " such ranks (the most any " +
         (job.gpu ? "GPU" : "worker") + " has is " + spec::FormatBytes(most_memory) +
-        "): lower batch_size, the model's size or context, use ZeRO (parallelism.zero_stage: 2) "
+        "): lower batch_size, the model's size or context, use ZeRO (parallelism.zero_stage: 3) "
         "or add memory");
   }
   const std::string unit = job.gpu ? "GPU" : "CPU slot";

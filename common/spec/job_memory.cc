@@ -266,8 +266,9 @@ std::string OptimizerName(const OptimizerSpec& o) {
 // a multiple of the world size; ZeRO-1 keeps one chunk of it per rank as the averaged shard and
 // runs the optimizer over that chunk alone (worker/dist/zero.h). ZeRO-2 keeps no whole buffers
 // (Note [Released buckets] in worker/dist/reducer.h): the shards and the buckets alive at once
-// (the largest ones are counted); its optimizer keeps a
-// master chunk of the weights per bucket, counted with the optimizer state.
+// (the largest ones are counted); its optimizer keeps a master chunk of the weights per
+// bucket, counted with the optimizer state. ZeRO-3 holds the weights sharded too (its
+// optimizer's masters are the shards).
 void SetGradientsAndOptimizer(const JobSpec& spec, const std::vector<int64_t>& sizes,
                               int64_t parameters, MemoryEstimate* m) {
   const ParallelismSpec& p = spec.parallelism;
@@ -289,7 +290,7 @@ void SetGradientsAndOptimizer(const JobSpec& spec, const std::vector<int64_t>& s
   const bool zero = p.zero_stage >= 1;
   // The whole buffers (ZeRO-2: those alive at once) and, compressed, their copies in flight.
   int64_t buffers = padded;
-  if (p.zero_stage == 2) {
+  if (p.zero_stage >= 2) {
     std::sort(bucket_sizes.rbegin(), bucket_sizes.rend());
     buffers = 0;
     for (size_t i = 0; i < bucket_sizes.size() && i < kLiveBucketsAtOnce; ++i)
@@ -302,6 +303,10 @@ void SetGradientsAndOptimizer(const JobSpec& spec, const std::vector<int64_t>& s
   m->gradients_bytes = grads;
   m->optimizer_bytes = SatMul(zero ? chunks : parameters, per_element);
   if (p.zero_stage == 2) m->optimizer_bytes = SatAdd(m->optimizer_bytes, SatMul(chunks, 4));
+  // ZeRO-3: the weights' shards and the units gathered at once, taken as the largest buckets
+  // (units are a model's blocks, not sizes: an approximation).
+  if (p.zero_stage == 3)
+    m->weights_bytes = SatAdd(SatMul(SatAdd(chunks, buffers), 4), BufferBytes(spec));
 }
 
 // ---- Activations: the zoo's models as timelines (Note [Activation model]) --------------------

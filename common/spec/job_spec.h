@@ -172,7 +172,7 @@ struct ParallelismSpec {
   double bucket_size_mb = 25;                 // gradient bucket size, MiB
   double first_bucket_size_mb = 1;            // the first (last-layer) bucket, MiB
   int64_t grad_accumulation_steps = 1;        // micro-batches per optimizer step
-  int zero_stage = 0;                         // 0 plain, 1 optimizer state sharded, 2 and grads
+  int zero_stage = 0;                         // 0 plain; sharded: 1 optimizer, 2 grads, 3 weights
   bool activation_checkpointing = false;      // recompute each GPT block in backward
   double collective_timeout_seconds = 600;    // bound on every collective and on rendezvous
   bool find_unused_parameters = false;        // allow parameters that get no gradient in a step

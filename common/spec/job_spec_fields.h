@@ -153,7 +153,7 @@ void VisitParallelism(V& v, ParallelismSpec& s) {
   v.DoubleAbove("bucket_size_mb", &s.bucket_size_mb, 0, 1024);
   v.DoubleAbove("first_bucket_size_mb", &s.first_bucket_size_mb, 0, 1024);
   v.Int("grad_accumulation_steps", &s.grad_accumulation_steps, 1, 1'000'000);
-  v.Int("zero_stage", &s.zero_stage, 0, 2);
+  v.Int("zero_stage", &s.zero_stage, 0, 3);
   v.Bool("activation_checkpointing", &s.activation_checkpointing);
   v.DoubleAbove("collective_timeout_seconds", &s.collective_timeout_seconds, 0, 86400);
   v.Bool("find_unused_parameters", &s.find_unused_parameters);

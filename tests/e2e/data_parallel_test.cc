@@ -1,7 +1,7 @@
 // Acceptance for data parallelism: N real rank processes (`trainyard train --nproc N`, Gloo on
 // loopback) with batch b per rank must end where one process with batch N x b ends, within
 // 1e-5 relative, for the MLP on Fashion-MNIST and a tiny GPT on the King James Bible; with SGD
-// and AdamW, gradient accumulation, ZeRO-1, ZeRO-2 and activation checkpointing.
+// and AdamW, gradient accumulation, ZeRO-1, -2 and -3 and activation checkpointing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -185,10 +185,18 @@ TEST(DataParallelTest, ZeroTwoMatchesOneProcessOverFiftySteps) {
   ExpectEquivalent({"gpt", kAdamW, 1, /*zero_stage=*/2, false, /*steps=*/50}, 2, 4);
 }
 
+// ZeRO-3 gathers each unit (GPT block, MLP layer) before its forward and its backward and
+// frees it after; the weights live sharded between uses.
+TEST(DataParallelTest, ZeroThreeMatchesOneProcessOverFiftySteps) {
+  ExpectEquivalent({"mlp", kAdamW, /*accumulation=*/2, /*zero_stage=*/3, false, /*steps=*/50}, 3);
+  ExpectEquivalent({"gpt", kAdamW, 1, /*zero_stage=*/3, false, /*steps=*/50}, 2, 4);
+}
+
 TEST(DataParallelTest, ActivationCheckpointingMatchesOneProcess) {
   ExpectEquivalent({"gpt", kAdamW, 1, 0, /*activation_checkpointing=*/true}, 2, 4);
   ExpectEquivalent({"gpt", kAdamW, 2, 1, /*activation_checkpointing=*/true}, 3, 4);
   ExpectEquivalent({"gpt", kAdamW, 2, 2, /*activation_checkpointing=*/true}, 2, 4);
+  ExpectEquivalent({"gpt", kAdamW, 2, 3, /*activation_checkpointing=*/true}, 2, 4);
 }
 
 }  // namespace
@@ -197,7 +205,7 @@ TEST(DataParallelTest, ActivationCheckpointingMatchesOneProcess) {
 namespace trainyard {
 namespace {
 
-// Checkpoints do not depend on the world size: ZeRO-1 and ZeRO-2 shards are gathered into the
+// Checkpoints do not depend on the world size: ZeRO's shards are gathered into the
 // unsharded form. 10 steps on 2 ranks (batch 8 each), then 10 more on 4 ranks (batch 4 each) or on
 // one process (batch 16) from that checkpoint, end where 20 steps of one process with batch 16 end.
 void ExpectZeroResumesOnAnotherWorldSize(int stage) {
@@ -223,6 +231,7 @@ void ExpectZeroResumesOnAnotherWorldSize(int stage) {
 TEST(DataParallelTest, ZeroCheckpointsResumeOnAnotherWorldSize) {
   ExpectZeroResumesOnAnotherWorldSize(1);
   ExpectZeroResumesOnAnotherWorldSize(2);
+  ExpectZeroResumesOnAnotherWorldSize(3);
 }
 
 }  // namespace

@@ -43,6 +43,29 @@ Status CheckParam(const NamedTensor& p, const NamedTensor& first) {
   return OkStatus();
 }
 
+// Every parameter in exactly one non-empty bucket, of one dtype.
+Status CheckPlan(const std::vector<std::vector<size_t>>& plan,
+                 const std::vector<NamedTensor>& params) {
+  std::vector<int> seen(params.size(), 0);
+  for (const std::vector<size_t>& bucket : plan) {
+    if (bucket.empty()) return InvalidArgumentError("reducer: an empty bucket in the plan");
+    for (size_t k : bucket) {
+      if (k >= params.size() || seen[k]++ ||
+          params[k].second.dtype() != params[bucket.front()].second.dtype()) {
+        return InvalidArgumentError("reducer: the plan's parameter " + std::to_string(k) +
+                                    " is out of range, in two buckets or of another dtype");
+      }
+    }
+  }
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (!seen[k]) {
+      return InvalidArgumentError("reducer: parameter " + params[k].first +
+                                  " is in no bucket of the plan");
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 int64_t BytesOf(const Tensor& t) {
@@ -138,8 +161,11 @@ Status Reducer::State::Init() {
   for (const NamedTensor& p : params_) RETURN_IF_ERROR(CheckParam(p, params_.front()));
   const int world = group_->size();
   slots_.resize(params_.size());
-  for (const std::vector<size_t>& members :
-       PlanBuckets(params_, options_.first_bucket_bytes, options_.bucket_bytes)) {
+  const std::vector<std::vector<size_t>> plan =
+      options_.plan.empty()
+          ? PlanBuckets(params_, options_.first_bucket_bytes, options_.bucket_bytes)
+          : options_.plan;
+  for (const std::vector<size_t>& members : plan) {
     Bucket b;
     b.params = members;
     for (size_t k : members) {
@@ -273,6 +299,7 @@ void Reducer::State::Launch(size_t b) {
   } else {
     works_[b] = group_->AllReduce(comm, op);
   }
+  if (options_.on_launch) options_.on_launch(b);
   if (!options_.release_buckets) return;
   live_.push_back(b);
   RetireDone();
@@ -419,6 +446,7 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor> para
   if (options.bucket_bytes <= 0 || options.first_bucket_bytes <= 0) {
     return InvalidArgumentError("reducer: bucket sizes must be positive");
   }
+  if (!options.plan.empty()) RETURN_IF_ERROR(CheckPlan(options.plan, params));
   if (options.release_buckets && !options.shard_gradients) {
     return InvalidArgumentError("reducer: release_buckets needs shard_gradients");
   }

@@ -35,6 +35,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +72,12 @@ struct ReducerOptions {
   // (Note [Released buckets]). Every backward reduces (set_sync(false) is ignored) and adds
   // into the shards, which ClearShards() starts afresh.
   bool release_buckets = false;
+  // The buckets, as indices into the parameters (each exactly once), in launch order; empty:
+  // by size (Note [Bucket order]). ZeRO-3 gives its units, the last first.
+  std::vector<std::vector<size_t>> plan;
+  // Called on the backward thread right after bucket b's collective is issued: every gradient
+  // of its parameters is in (ZeRO-3 releases the unit's weights).
+  std::function<void(size_t bucket)> on_launch;
 };
 
 // One bucket: a run of parameters sharing a flat buffer.

@@ -36,10 +36,16 @@ int64_t OptimizerStateBytes(const optim::Optimizer& optimizer) {
 }
 
 StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Reducer* reducer,
-                                                               const OptimizerFactory& make) {
+                                                               const OptimizerFactory& make,
+                                                               std::vector<Tensor> weights) {
   if (reducer == nullptr || reducer->buckets().empty() ||
       !reducer->buckets().front().shard.defined()) {
     return InvalidArgumentError("zero: the reducer must reduce-scatter (shard_gradients)");
+  }
+  const bool sharded_weights = !weights.empty();
+  if (sharded_weights && weights.size() != reducer->buckets().size()) {
+    return InvalidArgumentError("zero: " + std::to_string(weights.size()) + " weight shards for " +
+                                std::to_string(reducer->buckets().size()) + " buckets");
   }
   const int rank = reducer->group().rank(), world = reducer->group().size();
   const bool release = reducer->options().release_buckets;
@@ -50,14 +56,20 @@ StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Reducer* reducer,
     // ZeRO-1: this rank's chunk of the bucket's buffer, free between the reduce-scatter and the
     // next backward, so no copy of the weights is kept. ZeRO-2 has no such buffer: a chunk of
     // its own.
-    Tensor master = release ? Zeros(bucket.shard.shape(), bucket.shard.options())
-                            : Chunk(bucket.buffer, rank, world);
+    Tensor master = sharded_weights ? weights[b]
+                    : release       ? Zeros(bucket.shard.shape(), bucket.shard.options())
+                                    : Chunk(bucket.buffer, rank, world);
+    if (master.shape() != bucket.shard.shape()) {
+      return InvalidArgumentError("zero: the weight shard of bucket " + std::to_string(b) +
+                                  " is not shaped like its gradient shard");
+    }
     master.set_requires_grad(true);
     master.set_grad(bucket.shard);  // the reduce-scatter writes the averaged chunk here
     masters.push_back(master);
     named.emplace_back(BucketName(b), master);
   }
-  std::unique_ptr<ZeroOptimizer> zero(new ZeroOptimizer(reducer, std::move(masters)));
+  std::unique_ptr<ZeroOptimizer> zero(
+      new ZeroOptimizer(reducer, std::move(masters), sharded_weights));
   ASSIGN_OR_RETURN(zero->inner_, make(std::move(named)));
   return zero;
 }
@@ -115,12 +127,14 @@ Status ZeroOptimizer::Step() {
   for (size_t b = 0; b < masters_.size(); ++b) {
     const Bucket& bucket = reducer_->buckets()[b];
     const int64_t n = masters_[b].numel();
-    CopyRange(bucket, reducer_->params(), masters_[b], rank * n, rank * n, (rank + 1) * n, false);
+    if (!sharded_weights_) {
+      CopyRange(bucket, reducer_->params(), masters_[b], rank * n, rank * n, (rank + 1) * n, false);
+    }
     // The reducer's views may have been dropped (set_to_none); the chunks are ours.
     masters_[b].set_grad(bucket.shard);
   }
   inner_->Step();
-  RETURN_IF_ERROR(GatherWeights());
+  if (!sharded_weights_) RETURN_IF_ERROR(GatherWeights());
   reducer_->ClearShards();
   return OkStatus();
 }
@@ -219,7 +233,8 @@ Status ZeroOptimizer::LoadStateDict(const std::vector<optim::NamedTensor>& state
 
 int64_t ZeroOptimizer::state_bytes() const {
   int64_t bytes = OptimizerStateBytes(*inner_);
-  if (!reducer_->options().release_buckets) return bytes;  // ZeRO-1's masters are the buffers'
+  // ZeRO-1's masters are the buffers'; ZeRO-3's the weights.
+  if (!reducer_->options().release_buckets || sharded_weights_) return bytes;
   for (const Tensor& m : masters_) bytes += BytesOf(m);
   return bytes;
 }

@@ -1,5 +1,5 @@
-// ZeroOptimizer: ZeRO stages 1 and 2, optimizer state (and, stage 2, gradients) sharded across
-// the ranks of a data-parallel group.
+// ZeroOptimizer: ZeRO stages 1 to 3, optimizer state (and, stage 2, gradients; stage 3, the
+// weights too) sharded across the ranks of a data-parallel group.
 //
 // The Reducer (in shard_gradients mode) reduce-scatters each bucket, leaving rank r the average
 // of its chunk r of every bucket. An ordinary Optimizer runs over just those chunks, so moments
@@ -12,6 +12,8 @@
 //      unsharded update);
 //   3. every bucket's chunks are all-gathered and copied into the parameters (stage 1 into
 //      the buckets' buffers, then zeroed; stage 2 into two transient buffers at a time).
+// Stage 3's chunks are the weights themselves (ShardedUnits::shard, whose units are the
+// buckets): step 1 and 3 fall away, as the units gather their weights when they next run.
 //
 // Checkpoints do not depend on the world size: StateDict() gathers the full per-parameter state
 // in exactly the form an unsharded Optimizer writes (Note [Optimizer state dict]), and
@@ -37,9 +39,12 @@ class ZeroOptimizer {
   using OptimizerFactory =
       std::function<StatusOr<std::unique_ptr<optim::Optimizer>>(std::vector<optim::NamedTensor>)>;
 
-  // `reducer` must be in shard_gradients mode and outlive this object.
+  // `reducer` must be in shard_gradients mode and outlive this object. ZeRO-3 gives
+  // `weights`: per bucket, this rank's chunk of the weights (ShardedUnits::shard), which are
+  // then the only copy: Step updates them and gathers nothing.
   static StatusOr<std::unique_ptr<ZeroOptimizer>> Create(Reducer* reducer,
-                                                         const OptimizerFactory& make);
+                                                         const OptimizerFactory& make,
+                                                         std::vector<Tensor> weights = {});
 
   Status Step();
   double lr() const { return inner_->lr(); }
@@ -60,12 +65,13 @@ class ZeroOptimizer {
   const optim::Optimizer& inner() const { return *inner_; }
 
  private:
-  ZeroOptimizer(Reducer* reducer, std::vector<Tensor> masters)
-      : reducer_(reducer), masters_(std::move(masters)) {}
+  ZeroOptimizer(Reducer* reducer, std::vector<Tensor> masters, bool sharded_weights)
+      : reducer_(reducer), masters_(std::move(masters)), sharded_weights_(sharded_weights) {}
   Status GatherWeights();
 
   Reducer* reducer_;
   std::vector<Tensor> masters_;  // per bucket: this rank's chunk of the weights, 1-D
+  const bool sharded_weights_;   // ZeRO-3: masters_ are the weights' only copy
   std::unique_ptr<optim::Optimizer> inner_;
 };
 

@@ -206,12 +206,16 @@ Tensor Gpt::Forward(const Tensor& idx) {
 }
 
 Tensor Gpt::ForwardBlock(const std::shared_ptr<Module>& block, const Tensor& x) {
-  if (!config_.activation_checkpointing || !is_training()) return block->Forward(x);
+  if (!config_.activation_checkpointing || !is_training()) return block->Call(x);
   // Every dropout in a block draws from gen_, so replaying gen_ replays the masks. Checkpoint
-  // itself falls back to a plain call when grad mode is off.
+  // itself falls back to a plain call when grad mode is off. A forward wrapper (ZeRO-3) goes
+  // around the checkpoint, so the recomputation in backward finds the parameters gathered.
   autograd::CheckpointOptions options;
   options.generators = {gen_};
-  return autograd::Checkpoint([block](const Tensor& in) { return block->Forward(in); }, x, options);
+  return block->Call(x, [&block, &options](const Tensor& in) {
+    return autograd::Checkpoint([block](const Tensor& t) { return block->Forward(t); }, in,
+                                options);
+  });
 }
 
 int64_t Gpt::NumNonEmbeddingParameters() const { return NumParameters() - wpe_->weight().numel(); }

@@ -66,7 +66,7 @@ Tensor Mlp::Forward(const Tensor& x) {
   TY_CHECK(valid.ok()) << valid.message();
   Tensor h = ops::Reshape(x, {x.size(0), config_.sizes[0]});
   for (size_t i = 0; i < layers_.size(); ++i) {
-    h = layers_[i]->Forward(h);
+    h = layers_[i]->Call(h);
     if (i + 1 < layers_.size()) h = dropout_->Forward(activation_->Forward(h));
   }
   return h;

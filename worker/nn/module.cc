@@ -202,4 +202,13 @@ Status Module::To(Device device) {
   return OkStatus();
 }
 
+Tensor Module::Call(const Tensor& x) {
+  if (!wrapper_) return Forward(x);
+  return wrapper_(x, [this](const Tensor& in) { return Forward(in); });
+}
+
+Tensor Module::Call(const Tensor& x, const Computation& forward) {
+  return wrapper_ ? wrapper_(x, forward) : forward(x);
+}
+
 }  // namespace trainyard::nn

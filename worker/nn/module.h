@@ -96,6 +96,18 @@ class Module {
 
   const std::string& type_name() const { return type_name_; }
 
+  // Fully sharded data parallelism (ZeRO-3, worker/dist/fsdp.h) wraps each unit's forward: the
+  // wrapper gets the input and the unit's computation and returns its output, gathering the
+  // unit's parameters before and releasing them after. Models call their units (GPT blocks,
+  // MLP layers) and the trainer its model through Call, so a wrapper set here takes effect.
+  using Computation = std::function<Tensor(const Tensor&)>;
+  using ForwardWrapper = std::function<Tensor(const Tensor& x, const Computation& forward)>;
+  void set_forward_wrapper(ForwardWrapper wrapper) { wrapper_ = std::move(wrapper); }
+  // Forward(x), through the wrapper when one is set.
+  Tensor Call(const Tensor& x);
+  // forward(x), this module's computation in another form (checkpointed), likewise.
+  Tensor Call(const Tensor& x, const Computation& forward);
+
  private:
   void AddChild(const std::string& name, std::shared_ptr<Module> module);
   void CheckNewName(const std::string& name) const;
@@ -108,6 +120,7 @@ class Module {
   NamedTensors parameters_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  ForwardWrapper wrapper_;
 };
 
 }  // namespace trainyard::nn

@@ -28,10 +28,109 @@ StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
   options.find_unused_parameters = spec.find_unused_parameters;
   options.compression = CompressionDType(spec.grad_compression);
   options.shard_gradients = spec.zero_stage >= 1;
-  options.release_buckets = spec.zero_stage == 2;
+  options.release_buckets = spec.zero_stage >= 2;
+  if (spec.zero_stage == 3) RETURN_IF_ERROR(dp->Shard(model, &options));
   ASSIGN_OR_RETURN(dp->reducer_,
                    dist::Reducer::Create(model.NamedParameters(), dp->group_, options));
   return dp;
+}
+
+DataParallel::~DataParallel() {
+  for (nn::Module* m : wrapped_) m->set_forward_wrapper(nullptr);
+}
+
+namespace {
+
+// ZeRO-3's units (Note [Unit wrappers]): the root (unit 0, run by the model itself: what no
+// other unit holds), then each GPT block, or each MLP layer but the last (the root's), in
+// forward order. Other models are one root unit.
+struct UnitLayout {
+  std::vector<std::vector<size_t>> units;  // indices into the model's NamedParameters()
+  std::vector<nn::Module*> modules;
+};
+
+UnitLayout UnitsOf(nn::Module& model) {
+  std::vector<std::pair<std::string, nn::Module*>> prefixes;  // (parameter prefix, module)
+  for (const auto& [name, child] : model.named_children()) {
+    if (model.type_name() == "GPT" && name == "transformer") {
+      for (const auto& [list, blocks] : child->named_children()) {
+        if (list != "h") continue;
+        for (const auto& [i, block] : blocks->named_children())
+          prefixes.emplace_back("transformer.h." + i + ".", block.get());
+      }
+    }
+    if (model.type_name() == "MLP" && name.rfind("fc", 0) == 0)
+      prefixes.emplace_back(name + ".", child.get());
+  }
+  if (model.type_name() == "MLP" && !prefixes.empty()) prefixes.pop_back();
+  UnitLayout layout;
+  layout.units.resize(prefixes.size() + 1);
+  layout.modules.push_back(&model);
+  for (const auto& [prefix, module] : prefixes) layout.modules.push_back(module);
+  const nn::NamedTensors params = model.NamedParameters();
+  for (size_t k = 0; k < params.size(); ++k) {
+    size_t unit = 0;
+    for (size_t i = 0; i < prefixes.size() && unit == 0; ++i) {
+      if (params[k].first.rfind(prefixes[i].first, 0) == 0) unit = i + 1;
+    }
+    layout.units[unit].push_back(k);
+  }
+  return layout;
+}
+
+}  // namespace
+
+Status DataParallel::Shard(nn::Module& model, dist::ReducerOptions* options) {
+  UnitLayout layout = UnitsOf(model);
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    if (layout.units[u].empty()) {
+      return InvalidArgumentError("zero_stage 3: unit " + std::to_string(u) +
+                                  " of the model has no parameters");
+    }
+  }
+  // The reducer's buckets are the units, the last first: backward's order.
+  options->plan.assign(layout.units.rbegin(), layout.units.rend());
+  ASSIGN_OR_RETURN(
+      fsdp_, dist::ShardedUnits::Create(model.NamedParameters(), std::move(layout.units), group_));
+  dist::ShardedUnits* fsdp = fsdp_.get();
+  const size_t n = fsdp->size();
+  options->on_launch = [fsdp, n](size_t bucket) { fsdp->Release(n - 1 - bucket); };
+  for (size_t u = 0; u < n; ++u) {
+    layout.modules[u]->set_forward_wrapper(
+        [fsdp, u](const Tensor& x, const nn::Module::Computation& forward) {
+          return fsdp->RunUnit(u, x, forward);
+        });
+    wrapped_.push_back(layout.modules[u]);
+  }
+  return OkStatus();
+}
+
+std::vector<Tensor> DataParallel::WeightShards() const {
+  std::vector<Tensor> shards;
+  if (!fsdp_) return shards;
+  for (size_t b = 0; b < fsdp_->size(); ++b) shards.push_back(fsdp_->shard(fsdp_->size() - 1 - b));
+  return shards;
+}
+
+Status DataParallel::GatherWeights() {
+  if (!fsdp_) return OkStatus();
+  Status s = fsdp_->GatherAll();
+  if (!s.ok()) return s.WithContext("gathering the sharded weights");
+  return OkStatus();
+}
+
+void DataParallel::ReleaseWeights() {
+  if (fsdp_) fsdp_->ReleaseAll();
+}
+
+int64_t DataParallel::weight_bytes() const {
+  int64_t bytes = 0;
+  if (!fsdp_) {
+    for (const auto& [name, p] : reducer_->params()) bytes += dist::BytesOf(p);
+    return bytes;
+  }
+  for (size_t u = 0; u < fsdp_->size(); ++u) bytes += dist::BytesOf(fsdp_->shard(u));
+  return bytes + fsdp_->peak_gathered_bytes();
 }
 
 Status BroadcastWeightsFromRank0(dist::ProcessGroup& group, nn::Module& model) {
@@ -49,7 +148,14 @@ void DataParallel::BeforeBackward(bool sync) {
   reducer_->Prepare();
 }
 
-Status DataParallel::AfterBackward() { return reducer_->Finish(); }
+Status DataParallel::AfterBackward() {
+  Status s = reducer_->Finish();
+  if (fsdp_) {
+    Status gathered = fsdp_->TakeError();
+    if (s.ok() && !gathered.ok()) s = gathered.WithContext("gathering a unit's weights");
+  }
+  return s;
+}
 
 Status DataParallel::CheckSameStep(int64_t step) {
   Tensor t = Zeros(Shape{2}, Options(DType::kInt64));

@@ -1,8 +1,9 @@
 // DataParallel: what the Trainer adds when it is one rank of several (spec.parallelism).
 //
 //   Create     builds the Reducer (bucket sizes, compression, unused parameters from the spec;
-//              for zero_stage 1 and 2 it reduce-scatters (2: releasing each bucket's buffer
-//              once reduced), for the ZeroOptimizer that update_step.h
+//              for zero_stage 1, 2 and 3 it reduce-scatters (2 and 3: releasing each bucket's
+//              buffer once reduced; 3: its buckets are the units whose parameters it shards
+//              and gathers, Note [Unit wrappers]), for the ZeroOptimizer that update_step.h
 //              builds over it), once every rank holds the same weights: rank 0's, from
 //              BroadcastWeightsFromRank0 (or, elastic, the live state: trainer_elastic.cc).
 //   per step   Prepare/Finish around each backward (only the last micro-batch of a step
@@ -19,6 +20,7 @@
 
 #include "common/spec/job_spec.h"
 #include "common/status.h"
+#include "worker/dist/fsdp.h"
 #include "worker/dist/reducer.h"
 #include "worker/nn/module.h"
 
@@ -36,6 +38,20 @@ class DataParallel {
   // Where the model's parameters are (what the group's collectives reduce).
   trainyard::Device Device() const;
   dist::Reducer& reducer() { return *reducer_; }
+  ~DataParallel();
+
+  // ZeRO-3 (zero_stage 3): the model's parameters are sharded by unit (worker/dist/fsdp.h).
+  bool sharded() const { return fsdp_ != nullptr; }
+  // Per reducer bucket, this rank's chunk of the weights (ZeroOptimizer's, for ZeRO-3); empty
+  // otherwise.
+  std::vector<Tensor> WeightShards() const;
+  // Every rank, together: ZeRO-3 holds the whole weights from GatherWeights until
+  // ReleaseWeights (checkpoints, evaluation); otherwise nothing happens.
+  Status GatherWeights();
+  void ReleaseWeights();
+  // Bytes of weights this rank holds: all of them; ZeRO-3: its shards and the most units
+  // gathered at once in training (GatherWeights holds the whole model for a moment).
+  int64_t weight_bytes() const;
 
   // Around one backward; `sync` is false for all but a step's last micro-batch.
   void BeforeBackward(bool sync);
@@ -54,7 +70,11 @@ class DataParallel {
 
  private:
   DataParallel() = default;
+  Status Shard(nn::Module& model, dist::ReducerOptions* options);  // ZeRO-3
+
   std::shared_ptr<dist::ProcessGroup> group_;
+  std::unique_ptr<dist::ShardedUnits> fsdp_;  // before reducer_, whose on_launch uses it
+  std::vector<nn::Module*> wrapped_;          // modules given forward wrappers, cleared at the end
   std::unique_ptr<dist::Reducer> reducer_;
 };
 

@@ -310,6 +310,7 @@ Status Trainer::StartDataParallel() {
 int64_t Trainer::optimizer_state_bytes() const { return update_->state_bytes(); }
 
 int64_t Trainer::weight_bytes() const {
+  if (dp_) return dp_->weight_bytes();
   int64_t bytes = 0;
   for (const Tensor& p : model_->Parameters()) bytes += dist::BytesOf(p);
   return bytes;
@@ -321,7 +322,7 @@ int64_t Trainer::gradient_bytes() const {
 
 Tensor Trainer::ForwardLoss(const Tensor& input, const Tensor& target) const {
   AutocastGuard autocast(autocast_dtype_);
-  Tensor output = model_->Forward(input);
+  Tensor output = model_->Call(input);
   // (N, C) logits and (N) labels, or (B, T, V) logits and (B, T) next tokens.
   return ops::CrossEntropy(ops::Reshape(output, {-1, output.size(-1)}), ops::Reshape(target, {-1}));
 }

@@ -151,7 +151,7 @@ struct TrainSummary {
   int world_size = 1;        // ranks that trained together
   // Optimizer state held by this rank (moments, momentum; a 1/world_size share with ZeRO).
   int64_t optimizer_state_bytes = 0;
-  int64_t weight_bytes = 0;  // the parameters this rank holds
+  int64_t weight_bytes = 0;  // the parameters this rank holds (DataParallel::weight_bytes)
   // The most gradient memory this rank held at once: every .grad in one process; the
   // reducer's buckets and shards with data parallelism (ZeRO-2: the shards and the buckets
   // alive at the busiest moment).
@@ -351,6 +351,10 @@ class Trainer {
   // Takes a checkpoint of the current step (a collective with ZeRO): rank 0 writes it, or with
   // checkpoint.async hands its snapshot to writer_ after the previous write is committed.
   Status SaveCheckpoint();
+  Status WriteCheckpoint();  // SaveCheckpoint's part with the weights in place
+  // Evaluate on rank 0 when the job holds data out (nullopt elsewhere); ZeRO-3's every rank
+  // gathers the weights around it, together.
+  StatusOr<std::optional<EvalMetrics>> EvaluateOnRank0();
   // writer_ when this rank is 0 and checkpoint.async is on (and it has none yet).
   void OpenCheckpointWriter();
   // Reports writer_'s finished write (its error fails the run); `wait`: waits for the write

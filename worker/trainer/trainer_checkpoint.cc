@@ -152,7 +152,15 @@ Status Trainer::RestoreOptimizerState(const std::string& path) {
 
 Status Trainer::SaveCheckpoint() {
   SetPhase(Phase::kCheckpoint);
-  // A ZeRO optimizer's state is gathered from every rank; then rank 0 alone writes.
+  // ZeRO-3's weights, like a ZeRO optimizer's state, are gathered from every rank; then rank
+  // 0 alone writes (an asynchronous writer has copied them when Save returns).
+  if (dp_) RETURN_IF_ERROR(dp_->GatherWeights());
+  Status s = WriteCheckpoint();
+  if (dp_) dp_->ReleaseWeights();
+  return s;
+}
+
+Status Trainer::WriteCheckpoint() {
   ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> optimizer_state,
                    update_->StateDict(/*writer=*/rank_ == 0));
   saved_step_ = step_;

@@ -48,6 +48,22 @@ struct Trainer::RunTally {
   }
 };
 
+StatusOr<std::optional<EvalMetrics>> Trainer::EvaluateOnRank0() {
+  const bool sharded = dp_ && dp_->sharded();
+  if (!eval_loader_ && !sharded) return std::optional<EvalMetrics>();
+  if (sharded) RETURN_IF_ERROR(dp_->GatherWeights());
+  std::optional<EvalMetrics> metrics;
+  Status s;
+  if (eval_loader_) {
+    StatusOr<EvalMetrics> m = Evaluate();
+    s = m.status();
+    if (m.ok()) metrics = *m;
+  }
+  if (sharded) dp_->ReleaseWeights();
+  RETURN_IF_ERROR(s);
+  return metrics;
+}
+
 StatusOr<EvalMetrics> Trainer::Evaluate() {
   if (!eval_loader_)
     return FailedPreconditionError("this job's data holds nothing out for evaluation");
@@ -72,7 +88,7 @@ StatusOr<EvalMetrics> Trainer::Evaluate() {
     Tensor flat, loss;
     {
       AutocastGuard autocast(autocast_dtype_);  // as in training (Note [Mixed precision])
-      Tensor logits = model_->Forward(batch.input);
+      Tensor logits = model_->Call(batch.input);
       flat = ops::Reshape(logits, {-1, logits.size(-1)});
       loss = ops::CrossEntropy(flat, target);
     }
@@ -278,9 +294,9 @@ void Trainer::Finalize(SteadyClock::time_point start, StepMetrics* m) {
 }
 
 Status Trainer::EvaluateOrSave(bool stop, RunTally* tally) {
-  if (eval_loader_ && spec_.eval.every_steps > 0 && step_ % spec_.eval.every_steps == 0 &&
+  if (data_.eval && spec_.eval.every_steps > 0 && step_ % spec_.eval.every_steps == 0 &&
       step_ < total_steps_) {
-    ASSIGN_OR_RETURN(tally->summary.eval, Evaluate());
+    ASSIGN_OR_RETURN(tally->summary.eval, EvaluateOnRank0());
     tally->last_eval_step = step_;
   }
   if (checkpoints_ && spec_.checkpoint.every_steps > 0 &&
@@ -294,8 +310,8 @@ StatusOr<TrainSummary> Trainer::Finish(RunTally* tally) {
   TrainSummary& summary = tally->summary;
   // Checkpoint first: with ZeRO it is a collective, which must not wait on rank 0's evaluation.
   if (checkpoints_ && saved_step_ != step_) RETURN_IF_ERROR(SaveCheckpoint());
-  if (!summary.interrupted && eval_loader_ && tally->last_eval_step != step_) {
-    ASSIGN_OR_RETURN(summary.eval, Evaluate());
+  if (!summary.interrupted && data_.eval && tally->last_eval_step != step_) {
+    ASSIGN_OR_RETURN(summary.eval, EvaluateOnRank0());
   }
   // An asynchronous checkpoint's write overlaps the evaluation; Run returns once it commits.
   RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));

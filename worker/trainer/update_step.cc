@@ -165,7 +165,7 @@ class ScaledUpdate final : public WholeOptimizerUpdate {
   std::unique_ptr<optim::GradScaler> scaler_;
 };
 
-// ZeRO-1 and ZeRO-2 (worker/dist/zero.h). The sharded optimizer needs the reducer, which Start
+// ZeRO (worker/dist/zero.h). The sharded optimizer needs the reducer, which Start
 // brings; a resumed state waits for it.
 class ZeroUpdate final : public UpdateStep {
  public:
@@ -175,10 +175,12 @@ class ZeroUpdate final : public UpdateStep {
   Status Start(DataParallel* dp) override {
     TY_CHECK(dp != nullptr) << "ZeRO started without a process group";
     const spec::OptimizerSpec& o = optimizer_spec_;
-    ASSIGN_OR_RETURN(
-        zero_, dist::ZeroOptimizer::Create(&dp->reducer(), [&o](std::vector<optim::NamedTensor> p) {
-          return MakeOptimizer(o, std::move(p));
-        }));
+    ASSIGN_OR_RETURN(zero_, dist::ZeroOptimizer::Create(
+                                &dp->reducer(),
+                                [&o](std::vector<optim::NamedTensor> p) {
+                                  return MakeOptimizer(o, std::move(p));
+                                },
+                                dp->WeightShards()));
     if (resumed_state_.empty()) return OkStatus();
     // Each rank keeps its shard of the whole state.
     Status s = zero_->LoadStateDict(resumed_state_);

@@ -7,9 +7,9 @@
 //           scaled before backward; Apply unscales the gradients and checks them for inf or
 //           NaN, clips the true gradients, skips the optimizer on a non-finite one and updates
 //           the scale.
-//   ZeRO    stages 1 and 2: clip and step through dist::ZeroOptimizer over this rank's shard of
+//   ZeRO    stages 1 to 3: clip and step through dist::ZeroOptimizer over this rank's shard of
 //           the state (the reducer reduce-scattered the gradients; the step all-gathers the
-//           weights). It exists only with a process group; one process with zero_stage 1 or 2
+//           weights). It exists only with a process group; one process with a zero_stage
 //           takes plain.
 //
 // Every mode saves and loads optimizer.safetensors in one form (Note [Optimizer state dict]):
@@ -85,7 +85,7 @@ class UpdateStep {
 
 // The spec's mode over `model`'s parameters (on their device by now). `data_parallel`: this
 // process is one rank of a group (the gradients then stay views into the reducer's buckets,
-// and zero_stage 1 or 2 shards the optimizer). `scaler` is used by precision fp16 only.
+// and a zero_stage shards the optimizer). `scaler` is used by precision fp16 only.
 StatusOr<std::unique_ptr<UpdateStep>> MakeUpdateStep(const spec::JobSpec& spec,
                                                      const optim::GradScalerOptions& scaler,
                                                      nn::Module& model, bool data_parallel);

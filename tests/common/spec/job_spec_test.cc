@@ -175,7 +175,7 @@ TEST(JobSpecTest, PrecisionIsFp32Bf16OrFp16AndDeviceIsCpuOrCuda) {
 }
 
 TEST(JobSpecTest, Fp16CannotBeCombinedWithZero) {
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     Json json = Minimal();
     json.Set("precision", "fp16");
     SetPath(&json, "parallelism.world_size", 2);
@@ -444,7 +444,7 @@ TEST(JobSpecTest, ParallelismFieldsOutsideTheirRangesNameTheRange) {
   EXPECT_THAT(text, HasSubstr("parallelism.bucket_size_mb = 0: must be in (0, 1024]"));
   EXPECT_THAT(text, HasSubstr("parallelism.first_bucket_size_mb = 2000: must be in (0, 1024]"));
   EXPECT_THAT(text, HasSubstr("parallelism.grad_accumulation_steps = 0: must be in [1, 1000000]"));
-  EXPECT_THAT(text, HasSubstr("parallelism.zero_stage = 4: must be in [0, 2]"));
+  EXPECT_THAT(text, HasSubstr("parallelism.zero_stage = 4: must be in [0, 3]"));
   EXPECT_THAT(text,
               HasSubstr("parallelism.activation_checkpointing = \"yes\": expected true or false"));
   EXPECT_THAT(text,
