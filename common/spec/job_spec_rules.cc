@@ -125,13 +125,6 @@ void CheckParallelism(const JobSpec& s, Problems* problems) {
         "cannot be combined with parallelism.find_unused_parameters = true (the sharded "
         "optimizer would update parameters no rank used); use zero_stage 0");
   }
-  if (s.precision == "fp16" && p.zero_stage != 0 &&
-      AllFine(*problems, {"precision", "parallelism.zero_stage"})) {
-    // The loss scaler unscales and checks whole .grad tensors; ZeRO leaves each rank a shard.
-    add("precision", "\"fp16\"",
-        "cannot be combined with parallelism.zero_stage = " + std::to_string(p.zero_stage) +
-            " (the loss scaler does not see sharded gradients); use bf16 or zero_stage 0");
-  }
   CheckBackend(s, problems);
   CheckElastic(s, problems);
 }

@@ -31,6 +31,7 @@ struct Job {
   int zero_stage = 0;
   bool activation_checkpointing = false;
   int steps = 20;
+  std::string precision = "fp32";
 };
 
 // A job of job.steps steps; `batch` per rank and micro-batch. Dropout is off so ranks draw no
@@ -52,7 +53,7 @@ std::string WriteSpec(const TempDir& dir, const std::string& name, const Job& jo
         << " eval_fraction: 0.01}, num_workers: 0}\n";
   }
   out << "optimizer: " << job.optimizer << "\n"
-      << "grad_clip_norm: 1.0\n"
+      << "grad_clip_norm: 1.0\nprecision: " << job.precision << "\n"
       << "batch_size: " << batch << "\nsteps: " << job.steps << "\nseed: 3\n"
       << "eval: {max_batches: 1}\n"
       << "checkpoint: {dir: " << dir.path() << "/" << name << "}\n"
@@ -190,6 +191,34 @@ TEST(DataParallelTest, ZeroTwoMatchesOneProcessOverFiftySteps) {
 TEST(DataParallelTest, ZeroThreeMatchesOneProcessOverFiftySteps) {
   ExpectEquivalent({"mlp", kAdamW, /*accumulation=*/2, /*zero_stage=*/3, false, /*steps=*/50}, 3);
   ExpectEquivalent({"gpt", kAdamW, 1, /*zero_stage=*/3, false, /*steps=*/50}, 2, 4);
+}
+
+// fp16 with ZeRO: each rank unscales and checks its gradient shards and the ranks agree on
+// skipping, so they train as plain data parallelism does, skipped steps included (here step 6,
+// whose gradients overflow at the initial scale of 65536). One process is no reference: its
+// per-sample gradients are scaled half as much and overflow at other steps.
+TEST(DataParallelTest, Fp16WithZeroMatchesPlainDataParallelism) {
+  const Job plain{"mlp", kSgd, 1, 0, false, 20, "fp16"};
+  TempDir dir;
+  std::string plain_json;
+  const auto want = TrainAndLoad(dir, "plain", plain, 8, 2, &plain_json);
+  const auto skipped = [](const std::string& json) {
+    StatusOr<Json> j = Json::Parse(json);
+    return j.ok() ? j->Find("skipped_steps")->number_value() : -1.0;
+  };
+  EXPECT_GE(skipped(plain_json), 1) << plain_json;
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    Job zero = plain;
+    zero.zero_stage = stage;
+    std::string json;
+    const std::string name = "zero" + std::to_string(stage);
+    const auto got = TrainAndLoad(dir, name, zero, 8, 2, &json);
+    ExpectSameLosses(dir.path() + "/" + name + "/metrics.jsonl",
+                     dir.path() + "/plain/metrics.jsonl", zero);
+    ExpectSameWeights(got, want, "fp16");
+    EXPECT_EQ(skipped(json), skipped(plain_json));
+  }
 }
 
 TEST(DataParallelTest, ActivationCheckpointingMatchesOneProcess) {

@@ -139,6 +139,14 @@ Status ZeroOptimizer::Step() {
   return OkStatus();
 }
 
+void ZeroOptimizer::SkipStep() {
+  if (reducer_->options().release_buckets) {
+    reducer_->ClearShards();
+    return;
+  }
+  for (const Bucket& bucket : reducer_->buckets()) FillInPlace(bucket.buffer, 0.0);
+}
+
 StatusOr<double> ZeroOptimizer::ClipGradNorm(double max_norm) {
   // Each shard's sum of squares into one float64 tensor on the shards' device, summed on the
   // host, then across ranks.

@@ -47,6 +47,11 @@ class ZeroOptimizer {
                                                          std::vector<Tensor> weights = {});
 
   Status Step();
+  // Drops this step's gradients without updating (fp16's loss scaler found an inf or NaN).
+  void SkipStep();
+  // Per bucket, the chunk the inner optimizer updates; its .grad is the bucket's averaged shard
+  // (what an fp16 loss scaler unscales and checks).
+  const std::vector<Tensor>& masters() const { return masters_; }
   double lr() const { return inner_->lr(); }
   void set_lr(double lr) { inner_->set_lr(lr); }
 

@@ -21,8 +21,8 @@
 // before backward, and the step unscales the gradients (after the data-parallel all-reduce, so
 // every rank decides alike), clips them, and skips the optimizer when any is inf or NaN
 // (StepMetrics::skipped). The scaler's state is saved in optimizer.safetensors as
-// "grad_scaler.scale" and "grad_scaler.growth_tracker" and restored on resume. fp16 with
-// ZeRO is rejected by the spec.
+// "grad_scaler.scale" and "grad_scaler.growth_tracker" and restored on resume. With ZeRO each
+// rank unscales and checks its gradient shards and the ranks agree on skipping.
 //
 // With TrainerOptions::process_group this process is one rank of a data-parallel run
 // (data_parallel.h): it reads its DistributedSampler shard, the reducer averages gradients

@@ -7,6 +7,7 @@
 #include "worker/optim/adam.h"
 #include "worker/optim/clip_grad.h"
 #include "worker/optim/sgd.h"
+#include "worker/tensor/factories.h"
 #include "worker/trainer/manifest.h"
 
 namespace trainyard::trainer {
@@ -166,14 +167,21 @@ class ScaledUpdate final : public WholeOptimizerUpdate {
 };
 
 // ZeRO (worker/dist/zero.h). The sharded optimizer needs the reducer, which Start
-// brings; a resumed state waits for it.
+// brings; a resumed state waits for it. With fp16's `scaler`, each rank unscales and checks
+// its gradient shards and the ranks agree on skipping the step (one all-reduce).
 class ZeroUpdate final : public UpdateStep {
  public:
-  ZeroUpdate(spec::OptimizerSpec optimizer, double clip_norm)
-      : optimizer_spec_(std::move(optimizer)), clip_norm_(clip_norm) {}
+  ZeroUpdate(spec::OptimizerSpec optimizer, double clip_norm,
+             std::unique_ptr<optim::GradScaler> scaler)
+      : optimizer_spec_(std::move(optimizer)), clip_norm_(clip_norm), scaler_(std::move(scaler)) {}
+
+  Tensor ScaleLoss(const Tensor& loss) const override {
+    return scaler_ ? scaler_->Scale(loss) : loss;
+  }
 
   Status Start(DataParallel* dp) override {
     TY_CHECK(dp != nullptr) << "ZeRO started without a process group";
+    dp_ = dp;
     const spec::OptimizerSpec& o = optimizer_spec_;
     ASSIGN_OR_RETURN(zero_, dist::ZeroOptimizer::Create(
                                 &dp->reducer(),
@@ -193,6 +201,15 @@ class ZeroUpdate final : public UpdateStep {
 
   StatusOr<UpdateReport> Apply() override {
     UpdateReport report;
+    if (scaler_) {
+      report.loss_scale = scaler_->scale();
+      ASSIGN_OR_RETURN(report.skipped, AnyRank(scaler_->UnscaleAndCheck(zero_->masters())));
+      scaler_->Update(/*found_inf=*/report.skipped);
+      if (report.skipped) {
+        zero_->SkipStep();
+        return report;
+      }
+    }
     if (clip_norm_ > 0) {
       ASSIGN_OR_RETURN(report.grad_norm, zero_->ClipGradNorm(clip_norm_));
     }
@@ -200,11 +217,24 @@ class ZeroUpdate final : public UpdateStep {
     return report;
   }
 
-  StatusOr<std::vector<optim::NamedTensor>> StateDict(bool) override { return zero_->StateDict(); }
+  StatusOr<std::vector<optim::NamedTensor>> StateDict(bool) override {
+    ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> state, zero_->StateDict());
+    if (scaler_) {
+      for (auto& [key, t] : scaler_->StateDict()) state.emplace_back(kScalerPrefix + key, t);
+    }
+    return state;
+  }
 
   Status LoadStateDict(std::vector<optim::NamedTensor> state,
                        const std::string& checkpoint) override {
-    TakeScalerState(&state);  // an fp16 run's, of no use here
+    // Another precision's run left the scaler's entries out: start from the initial scale.
+    const std::vector<optim::NamedTensor> scaler_state = TakeScalerState(&state);
+    if (scaler_ && !scaler_state.empty()) {
+      Status s = scaler_->LoadStateDict(scaler_state);
+      if (!s.ok()) {
+        return s.WithContext("loading the grad scaler's state from " + OptimizerFileOf(checkpoint));
+      }
+    }
     resumed_state_ = std::move(state);
     resumed_from_ = checkpoint;
     return OkStatus();
@@ -213,8 +243,17 @@ class ZeroUpdate final : public UpdateStep {
   int64_t state_bytes() const override { return zero_ ? zero_->state_bytes() : 0; }
 
  private:
+  // Whether any rank's `here` is true.
+  StatusOr<bool> AnyRank(bool here) {
+    Tensor t = FromVector<double>({here ? 1.0 : 0.0}, Shape{1});
+    RETURN_IF_ERROR(dist::AllReduceHost(dp_->group(), t, dist::ReduceOp::kMax, dp_->Device()));
+    return t.data<double>()[0] > 0;
+  }
+
   const spec::OptimizerSpec optimizer_spec_;
   const double clip_norm_;                         // spec.grad_clip_norm; 0: no clipping
+  std::unique_ptr<optim::GradScaler> scaler_;      // precision fp16 only
+  DataParallel* dp_ = nullptr;                     // from Start
   std::unique_ptr<dist::ZeroOptimizer> zero_;      // from Start
   std::vector<optim::NamedTensor> resumed_state_;  // from LoadStateDict, until Start
   std::string resumed_from_;
@@ -224,8 +263,6 @@ class ZeroUpdate final : public UpdateStep {
 
 Status ValidateUpdateStep(const spec::JobSpec& spec, const optim::GradScalerOptions& scaler) {
   if (spec.precision != "fp16") return OkStatus();
-  // ZeRO leaves each rank gradient shards, which the scaler does not see.
-  TY_CHECK(spec.parallelism.zero_stage == 0) << "the job spec allowed fp16 with ZeRO";
   return optim::GradScaler::Validate(scaler);
 }
 
@@ -236,7 +273,12 @@ StatusOr<std::unique_ptr<UpdateStep>> MakeUpdateStep(const spec::JobSpec& spec,
   const double clip = spec.grad_clip_norm;
   // ZeRO replaces the whole optimizer exactly when there is a group to shard it over.
   if (data_parallel && spec.parallelism.zero_stage != 0) {
-    return std::unique_ptr<UpdateStep>(new ZeroUpdate(spec.optimizer, clip));
+    std::unique_ptr<optim::GradScaler> grad_scaler;
+    if (spec.precision == "fp16") {
+      ASSIGN_OR_RETURN(grad_scaler, optim::GradScaler::Create(scaler));
+    }
+    return std::unique_ptr<UpdateStep>(
+        new ZeroUpdate(spec.optimizer, clip, std::move(grad_scaler)));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<optim::Optimizer> optimizer,
                    MakeOptimizer(spec.optimizer, model.NamedParameters()));

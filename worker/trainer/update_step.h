@@ -9,8 +9,9 @@
 //           the scale.
 //   ZeRO    stages 1 to 3: clip and step through dist::ZeroOptimizer over this rank's shard of
 //           the state (the reducer reduce-scattered the gradients; the step all-gathers the
-//           weights). It exists only with a process group; one process with a zero_stage
-//           takes plain.
+//           weights). With fp16 it unscales and checks the shards, and the ranks agree on
+//           skipping (one all-reduce). It exists only with a process group; one process with
+//           a zero_stage takes plain.
 //
 // Every mode saves and loads optimizer.safetensors in one form (Note [Optimizer state dict]):
 // the unsharded optimizer's per-parameter entries, plus, for fp16, the scaler's under

@@ -174,19 +174,13 @@ TEST(JobSpecTest, PrecisionIsFp32Bf16OrFp16AndDeviceIsCpuOrCuda) {
   EXPECT_THAT(text, HasSubstr("device = \"cuda:0\": allowed: one of \"cpu\", \"cuda\""));
 }
 
-TEST(JobSpecTest, Fp16CannotBeCombinedWithZero) {
+TEST(JobSpecTest, Fp16CombinesWithEveryZeroStage) {
   for (int stage : {1, 2, 3}) {
     Json json = Minimal();
     json.Set("precision", "fp16");
     SetPath(&json, "parallelism.world_size", 2);
     SetPath(&json, "parallelism.zero_stage", stage);
-    EXPECT_THAT(ProblemsOf(json), HasSubstr("precision = \"fp16\": cannot be combined with "
-                                            "parallelism.zero_stage = " +
-                                            std::to_string(stage) +
-                                            " (the loss scaler does not see sharded gradients); "
-                                            "use bf16 or zero_stage 0"));
-    json.Set("precision", "bf16");
-    EXPECT_TRUE(ParseJobSpec(json).ok());
+    EXPECT_TRUE(ParseJobSpec(json).ok()) << "zero_stage " << stage;
   }
 }
 
