@@ -72,7 +72,7 @@ void ShardedUnits::Prefetch(size_t u) {
   unit.full = Empty(Shape{unit.padded}, unit.shard.options());
   unit.pending = group_->AllGather(unit.full, unit.shard);
   held_bytes_ += unit.padded * static_cast<int64_t>(ElementSize(unit.shard.dtype()));
-  if (!pinned_) peak_bytes_ = std::max(peak_bytes_, held_bytes_);
+  peak_bytes_ = std::max(peak_bytes_, held_bytes_);
 }
 
 Status ShardedUnits::Gather(size_t u) {
@@ -80,36 +80,23 @@ Status ShardedUnits::Gather(size_t u) {
   Unit& unit = units_[u];
   if (unit.pending) {
     std::shared_ptr<Work> work = std::move(unit.pending);
+    // On failure the step computes on whatever the buffer holds and fails at its end.
     Status s = WaitFor(*group_, *work);
-    if (!s.ok()) {
-      FillInPlace(unit.full, 0.0);  // computing on goes nowhere: the step fails
-      if (error_.ok()) error_ = s;
-    }
+    if (!s.ok() && error_.ok()) error_ = s;
     PointInto(u, unit.full);
+    return s;
   }
-  return error_;
+  return OkStatus();
 }
 
 void ShardedUnits::Release(size_t u) {
   Unit& unit = units_[u];
-  if (pinned_ || unit.pending) return;  // a prefetch in flight is kept for its Gather
+  if (unit.pending) return;  // a prefetch in flight is kept for its Gather
   if (unit.full.defined()) {
     held_bytes_ -= unit.padded * static_cast<int64_t>(ElementSize(unit.shard.dtype()));
   }
   unit.full = Tensor();
   PointInto(u, Tensor());
-}
-
-Status ShardedUnits::GatherAll() {
-  pinned_ = true;
-  for (size_t u = 0; u < units_.size(); ++u) Prefetch(u);
-  for (size_t u = 0; u < units_.size(); ++u) RETURN_IF_ERROR(Gather(u));
-  return OkStatus();
-}
-
-void ShardedUnits::ReleaseAll() {
-  pinned_ = false;
-  for (size_t u = 0; u < units_.size(); ++u) Release(u);
 }
 
 Status ShardedUnits::TakeError() {

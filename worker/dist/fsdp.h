@@ -28,10 +28,13 @@
 // gather, so a parameter saved in forward and gathered again for backward passes.
 //
 // Every rank must gather in the same order (the collectives are ordered): the wrappers do,
-// as every rank runs the same model. A failed gather leaves the unit zero and keeps the error
-// (TakeError), which the trainer reports after the backward or the evaluation. Pin: GatherAll
-// holds every unit gathered (checkpoints, evaluation on rank 0) until ReleaseAll; Release is
-// then a no-op.
+// as every rank runs the same model. A failed gather leaves the unit's buffer as it is and
+// keeps the error (TakeError), which the trainer reports after the backward or the
+// evaluation. Checkpoints gather one unit at a time (DataParallel::GatheredCopy).
+//
+// The parameters stay released when the object goes (the shards go with it): the model is
+// usable again only through a new ShardedUnits, or a checkpoint. Not thread-safe: the
+// training thread and its backward (the same thread on every backend here) call it.
 #pragma once
 
 #include <functional>
@@ -61,8 +64,6 @@ class ShardedUnits {
   Status Gather(size_t unit);
   void Prefetch(size_t unit);
   void Release(size_t unit);
-  Status GatherAll();  // and pins them until ReleaseAll
-  void ReleaseAll();
 
   size_t size() const { return units_.size(); }
   const std::vector<size_t>& unit(size_t u) const { return units_[u].params; }
@@ -70,7 +71,7 @@ class ShardedUnits {
   const Tensor& shard(size_t u) const { return units_[u].shard; }
   // The first failure of a gather since the last call (OK when none); clears it.
   Status TakeError();
-  // The most bytes of gathered weights held at once, GatherAll's aside.
+  // The most bytes of gathered weights held at once.
   int64_t peak_gathered_bytes() const { return peak_bytes_; }
 
  private:
@@ -90,7 +91,6 @@ class ShardedUnits {
   std::shared_ptr<ProcessGroup> group_;
   std::vector<Unit> units_;
   std::shared_ptr<Storage> empty_;  // what released parameters point at
-  bool pinned_ = false;
   Status error_;
   int64_t held_bytes_ = 0, peak_bytes_ = 0;
 };

@@ -220,8 +220,11 @@ void Reducer::State::InstallView(size_t k) {
 void Reducer::State::Prepare() {
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.release_buckets) {
-    // What a failed backward left launched is dropped; buffers are made as gradients arrive.
-    for (size_t b : live_) Release(b);
+    // What a failed backward left (launched or filling) is dropped; buffers are made as
+    // gradients arrive.
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (buckets_[b].buffer.defined()) Release(b);
+    }
     live_.clear();
   } else {
     for (size_t k = 0; k < params_.size(); ++k) InstallView(k);
@@ -256,7 +259,10 @@ void Reducer::State::OnGradReady(size_t k) {
     }
     return;
   }
-  if (options_.release_buckets && !buckets_[b].buffer.defined()) MakeBuffer(b);
+  if (options_.release_buckets && !buckets_[b].buffer.defined()) {
+    MakeBuffer(b);  // the bucket's other parameters then accumulate straight into it
+    for (size_t other : buckets_[b].params) InstallView(other);
+  }
   // A gradient that AccumulateGrad put somewhere else (set_to_none, a replaced .grad) moves in.
   InstallView(k);
   if (ready_[k]) return;
@@ -279,6 +285,8 @@ void Reducer::State::LaunchReadyBuckets() {
 
 void Reducer::State::Launch(size_t b) {
   Bucket& bucket = buckets_[b];
+  // release_buckets: a bucket none of whose parameters got a gradient is reduced as zeros.
+  if (!bucket.buffer.defined()) MakeBuffer(b);
   const double scale = 1.0 / group_->size();
   Tensor comm = bucket.buffer;
   ReduceOp op = ReduceOp::kAverage;

@@ -1,5 +1,7 @@
 #include "worker/trainer/data_parallel.h"
 
+#include <map>
+
 #include "worker/tensor/factories.h"
 
 namespace trainyard::trainer {
@@ -40,6 +42,8 @@ DataParallel::~DataParallel() {
 }
 
 namespace {
+
+Tensor Copy(const Tensor& t) { return ConvertTo(t.detach(), t.dtype(), /*force_copy=*/true); }
 
 // ZeRO-3's units (Note [Unit wrappers]): the root (unit 0, run by the model itself: what no
 // other unit holds), then each GPT block, or each MLP layer but the last (the root's), in
@@ -112,15 +116,33 @@ std::vector<Tensor> DataParallel::WeightShards() const {
   return shards;
 }
 
-Status DataParallel::GatherWeights() {
+Status DataParallel::TakeGatherError() {
   if (!fsdp_) return OkStatus();
-  Status s = fsdp_->GatherAll();
-  if (!s.ok()) return s.WithContext("gathering the sharded weights");
+  Status s = fsdp_->TakeError();
+  if (!s.ok()) return s.WithContext("gathering a unit's weights");
   return OkStatus();
 }
 
-void DataParallel::ReleaseWeights() {
-  if (fsdp_) fsdp_->ReleaseAll();
+StatusOr<nn::NamedTensors> DataParallel::GatheredCopy(const nn::NamedTensors& state, bool keep) {
+  std::map<const TensorImpl*, size_t> unit_of;  // the sharded parameters' units
+  const std::vector<dist::NamedTensor>& params = reducer_->params();
+  for (size_t u = 0; u < fsdp_->size(); ++u) {
+    for (size_t k : fsdp_->unit(u)) unit_of[params[k].second.impl()] = u;
+  }
+  nn::NamedTensors copy(state.size());
+  for (size_t i = 0; i < state.size() && keep; ++i) {
+    if (!unit_of.count(state[i].second.impl())) copy[i] = {state[i].first, Copy(state[i].second)};
+  }
+  for (size_t u = 0; u < fsdp_->size(); ++u) {
+    Status s = fsdp_->Gather(u);
+    for (size_t i = 0; i < state.size() && keep && s.ok(); ++i) {
+      auto it = unit_of.find(state[i].second.impl());
+      if (it != unit_of.end() && it->second == u) copy[i] = {state[i].first, Copy(state[i].second)};
+    }
+    fsdp_->Release(u);
+    if (!s.ok()) return s.WithContext("gathering the sharded weights for a checkpoint");
+  }
+  return keep ? copy : nn::NamedTensors();
 }
 
 int64_t DataParallel::weight_bytes() const {
@@ -150,11 +172,8 @@ void DataParallel::BeforeBackward(bool sync) {
 
 Status DataParallel::AfterBackward() {
   Status s = reducer_->Finish();
-  if (fsdp_) {
-    Status gathered = fsdp_->TakeError();
-    if (s.ok() && !gathered.ok()) s = gathered.WithContext("gathering a unit's weights");
-  }
-  return s;
+  Status gathered = TakeGatherError();
+  return s.ok() ? gathered : s;
 }
 
 Status DataParallel::CheckSameStep(int64_t step) {

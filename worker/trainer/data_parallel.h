@@ -45,12 +45,13 @@ class DataParallel {
   // Per reducer bucket, this rank's chunk of the weights (ZeroOptimizer's, for ZeRO-3); empty
   // otherwise.
   std::vector<Tensor> WeightShards() const;
-  // Every rank, together: ZeRO-3 holds the whole weights from GatherWeights until
-  // ReleaseWeights (checkpoints, evaluation); otherwise nothing happens.
-  Status GatherWeights();
-  void ReleaseWeights();
+  // A ZeRO-3 unit's failed gather since the last call (OK otherwise; clears it).
+  Status TakeGatherError();
+  // ZeRO-3, every rank together: `state` (the model's tensors) with every parameter gathered a
+  // unit at a time; copies when `keep` (rank 0, which writes them), else empty.
+  StatusOr<nn::NamedTensors> GatheredCopy(const nn::NamedTensors& state, bool keep);
   // Bytes of weights this rank holds: all of them; ZeRO-3: its shards and the most units
-  // gathered at once in training (GatherWeights holds the whole model for a moment).
+  // gathered at once in training.
   int64_t weight_bytes() const;
 
   // Around one backward; `sync` is false for all but a step's last micro-batch.

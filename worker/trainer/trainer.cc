@@ -279,7 +279,9 @@ data::DataLoaderOptions Trainer::LoaderOptions() const {
 }
 
 void Trainer::MakeEvalLoader() {
-  if (!data_.eval || rank_ != 0) {
+  // ZeRO-3's ranks evaluate together: each unit's weights are gathered as it runs.
+  const bool every_rank = spec_.parallelism.zero_stage == 3 && world_size_ > 1;
+  if (!data_.eval || (rank_ != 0 && !every_rank)) {
     eval_loader_.reset();
     return;
   }

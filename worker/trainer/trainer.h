@@ -351,9 +351,8 @@ class Trainer {
   // Takes a checkpoint of the current step (a collective with ZeRO): rank 0 writes it, or with
   // checkpoint.async hands its snapshot to writer_ after the previous write is committed.
   Status SaveCheckpoint();
-  Status WriteCheckpoint();  // SaveCheckpoint's part with the weights in place
-  // Evaluate on rank 0 when the job holds data out (nullopt elsewhere); ZeRO-3's every rank
-  // gathers the weights around it, together.
+  // Evaluate on rank 0 when the job holds data out (nullopt elsewhere); with ZeRO-3 every rank
+  // evaluates, as the units gather their weights together.
   StatusOr<std::optional<EvalMetrics>> EvaluateOnRank0();
   // writer_ when this rank is 0 and checkpoint.async is on (and it has none yet).
   void OpenCheckpointWriter();

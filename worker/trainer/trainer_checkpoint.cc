@@ -152,15 +152,14 @@ Status Trainer::RestoreOptimizerState(const std::string& path) {
 
 Status Trainer::SaveCheckpoint() {
   SetPhase(Phase::kCheckpoint);
-  // ZeRO-3's weights, like a ZeRO optimizer's state, are gathered from every rank; then rank
-  // 0 alone writes (an asynchronous writer has copied them when Save returns).
-  if (dp_) RETURN_IF_ERROR(dp_->GatherWeights());
-  Status s = WriteCheckpoint();
-  if (dp_) dp_->ReleaseWeights();
-  return s;
-}
-
-Status Trainer::WriteCheckpoint() {
+  // ZeRO-3's weights, like a ZeRO optimizer's state, are gathered from every rank, a unit at a
+  // time, into rank 0's copy; then rank 0 alone writes.
+  nn::NamedTensors weights;
+  if (dp_ && dp_->sharded()) {
+    ASSIGN_OR_RETURN(weights, dp_->GatheredCopy(UniqueStateDict(*model_), rank_ == 0));
+  } else if (rank_ == 0) {
+    weights = UniqueStateDict(*model_);
+  }
   ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> optimizer_state,
                    update_->StateDict(/*writer=*/rank_ == 0));
   saved_step_ = step_;
@@ -168,11 +167,11 @@ Status Trainer::WriteCheckpoint() {
   const CheckpointState state = checkpoints_->Stamped(StateToSave());
   if (writer_) {
     ASSIGN_OR_RETURN(std::optional<CommittedCheckpoint> previous,
-                     writer_->Save(UniqueStateDict(*model_), &optimizer_state, state));
+                     writer_->Save(weights, &optimizer_state, state));
     if (previous) Committed(*previous);
     return OkStatus();
   }
-  RETURN_IF_ERROR(checkpoints_->SaveTensors(UniqueStateDict(*model_), &optimizer_state, state));
+  RETURN_IF_ERROR(checkpoints_->SaveTensors(weights, &optimizer_state, state));
   Committed({checkpoints_->dir() + "/" + StepDirName(step_), step_});
   return OkStatus();
 }

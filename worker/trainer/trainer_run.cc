@@ -49,19 +49,12 @@ struct Trainer::RunTally {
 };
 
 StatusOr<std::optional<EvalMetrics>> Trainer::EvaluateOnRank0() {
-  const bool sharded = dp_ && dp_->sharded();
-  if (!eval_loader_ && !sharded) return std::optional<EvalMetrics>();
-  if (sharded) RETURN_IF_ERROR(dp_->GatherWeights());
-  std::optional<EvalMetrics> metrics;
-  Status s;
-  if (eval_loader_) {
-    StatusOr<EvalMetrics> m = Evaluate();
-    s = m.status();
-    if (m.ok()) metrics = *m;
-  }
-  if (sharded) dp_->ReleaseWeights();
-  RETURN_IF_ERROR(s);
-  return metrics;
+  if (!eval_loader_) return std::optional<EvalMetrics>();
+  StatusOr<EvalMetrics> m = Evaluate();
+  if (dp_) RETURN_IF_ERROR(dp_->TakeGatherError());
+  RETURN_IF_ERROR(m.status());
+  if (rank_ != 0) return std::optional<EvalMetrics>();  // ZeRO-3's other ranks
+  return std::optional<EvalMetrics>(*m);
 }
 
 StatusOr<EvalMetrics> Trainer::Evaluate() {
@@ -108,7 +101,7 @@ StatusOr<EvalMetrics> Trainer::Evaluate() {
   m.accuracy = count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : std::nan("");
   m.samples = count / data_.tokens_per_sample;
   m.seconds = SecondsSince(start);
-  if (options_.on_eval) options_.on_eval(m);
+  if (options_.on_eval && rank_ == 0) options_.on_eval(m);
   if (metrics_log_) RETURN_IF_ERROR(metrics_log_->Eval(m));
   return m;
 }

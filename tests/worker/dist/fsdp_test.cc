@@ -1,6 +1,6 @@
 // ShardedUnits (ZeRO-3) over real Gloo groups on loopback, one thread per rank: what a rank
-// holds between uses, gathering and releasing, and a training step through RunUnit, the
-// reducer and ZeroOptimizer against one unsharded optimizer.
+// holds between uses, gathering (and prefetching) and releasing, and a training step through
+// RunUnit, the reducer and ZeroOptimizer against one unsharded optimizer.
 #include "worker/dist/fsdp.h"
 
 #include <gtest/gtest.h>
@@ -81,13 +81,16 @@ TEST(ShardedUnitsTest, KeepsItsChunksAndGathersAndReleasesWholeUnits) {
     EXPECT_EQ(params[2].second.storage()->nbytes(), 0u);  // unit 2 was not gathered
     (*units)->Release(1);
     EXPECT_EQ(params[0].second.storage()->nbytes(), 0u);
-    ASSERT_TRUE((*units)->GatherAll().ok());
-    (*units)->Release(2);  // pinned: a no-op
+    // A prefetch is waited for by the gather; both units are held at once.
+    (*units)->Prefetch(2);
+    ASSERT_TRUE((*units)->Gather(0).ok());
+    ASSERT_TRUE((*units)->Gather(2).ok());
     EXPECT_EQ(ToVector<float>(params[4].second), ToVector<float>(want[4].second));
     EXPECT_EQ(ToVector<float>(params[2].second), ToVector<float>(want[2].second));
-    (*units)->ReleaseAll();
+    (*units)->Release(0);
+    (*units)->Release(2);
     EXPECT_EQ(params[4].second.storage()->nbytes(), 0u);
-    EXPECT_EQ((*units)->peak_gathered_bytes(), 30 * 4);  // GatherAll's does not count
+    EXPECT_EQ((*units)->peak_gathered_bytes(), 2 * 30 * 4);
   });
 }
 
@@ -128,7 +131,7 @@ TEST(ShardedUnitsTest, TrainsLikeOneProcess) {
       for (const auto& [name, p] : params) EXPECT_EQ(p.storage()->nbytes(), 0u) << name;
       ASSERT_TRUE((*zero)->Step().ok());
     }
-    ASSERT_TRUE(u->GatherAll().ok());
+    for (size_t unit = 0; unit < u->size(); ++unit) ASSERT_TRUE(u->Gather(unit).ok());
     for (size_t k = 0; k < params.size(); ++k) {
       const std::vector<float> got = ToVector<float>(params[k].second);
       const std::vector<float> ref = ToVector<float>(want[k].second);

@@ -213,10 +213,24 @@ TEST(ReducerTest, AParameterUsedOnlyInAnEarlierMicroBatchIsReduced) {
   });
 }
 
+void ExpectNamesParametersThatGotNoGradient(bool release);
+
+// Also with release_buckets (ZeRO-2), where fc2's bucket has no buffer until reduced as zeros;
+// one bucket per layer (first_bucket_bytes).
 TEST(ReducerTest, NamesParametersThatGotNoGradient) {
+  for (bool release : {false, true}) {
+    SCOPED_TRACE(release ? "release_buckets" : "plain");
+    ExpectNamesParametersThatGotNoGradient(release);
+  }
+}
+
+void ExpectNamesParametersThatGotNoGradient(bool release) {
   RunRanks(2, [&](int, std::shared_ptr<ProcessGroup> group) {
     TinyNet net;
-    auto reducer = Reducer::Create(net.params, group);
+    ReducerOptions options;
+    options.shard_gradients = options.release_buckets = release;
+    options.first_bucket_bytes = 64;
+    auto reducer = Reducer::Create(net.params, group, options);
     ASSERT_TRUE(reducer.ok());
     (*reducer)->Prepare();
     // fc2 is not used.
