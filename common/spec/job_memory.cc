@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -250,6 +251,40 @@ std::vector<int64_t> BucketElements(const std::vector<int64_t>& sizes, const Par
   return buckets;
 }
 
+// ZeRO-3's units (Note [Unit wrappers] in worker/dist/fsdp.h), their elements: the root first
+// (a GPT's embeddings and final norm, an MLP's last layer, any other model whole), then each
+// GPT block or each MLP layer but the last.
+std::vector<int64_t> UnitElements(const JobSpec& spec, const std::vector<int64_t>& sizes) {
+  const ModelSpec& model = spec.model;
+  std::vector<int64_t> units(1, 0);
+  size_t per_unit = 0, first = 0, count = 0;  // sizes[first + i * per_unit ...] is unit i + 1
+  if (model.arch == "gpt" && model.gpt.n_layer > 0) {
+    const size_t norm = model.gpt.bias ? 2 : 1;
+    first = 2;  // wte, wpe
+    count = static_cast<size_t>(model.gpt.n_layer);
+    per_unit = (sizes.size() - first - norm) / count;
+  } else if (model.arch == "mlp" && sizes.size() >= 2) {
+    per_unit = 2;  // weight, bias
+    count = sizes.size() / 2 - 1;
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const bool in_unit = i >= first && i < first + per_unit * count;
+    const size_t u = in_unit ? 1 + (i - first) / per_unit : 0;
+    if (u >= units.size()) units.resize(u + 1, 0);
+    units[u] = SatAdd(units[u], sizes[i]);
+  }
+  return units;
+}
+
+// The sum of the `n` largest of `v` (after the first `skip`).
+int64_t Largest(std::vector<int64_t> v, size_t n, size_t skip = 0) {
+  std::sort(v.begin() + static_cast<std::ptrdiff_t>(std::min(skip, v.size())), v.end(),
+            std::greater<int64_t>());
+  int64_t sum = 0;
+  for (size_t i = skip; i < v.size() && i < skip + n; ++i) sum = SatAdd(sum, v[i]);
+  return sum;
+}
+
 // Optimizer state bytes per parameter element: Adam's two moments, SGD's momentum buffer.
 int64_t OptimizerBytesPerElement(const OptimizerSpec& o) {
   if (o.kind == "adam" || o.kind == "adamw") return 8;
@@ -267,8 +302,8 @@ std::string OptimizerName(const OptimizerSpec& o) {
 // runs the optimizer over that chunk alone (worker/dist/zero.h). ZeRO-2 keeps no whole buffers
 // (Note [Released buckets] in worker/dist/reducer.h): the shards and the buckets alive at once
 // (the largest ones are counted); its optimizer keeps a master chunk of the weights per
-// bucket, counted with the optimizer state. ZeRO-3 holds the weights sharded too (its
-// optimizer's masters are the shards).
+// bucket, counted with the optimizer state. ZeRO-3's buckets are its units (UnitElements),
+// and it holds the weights sharded too (its optimizer's masters are the shards).
 void SetGradientsAndOptimizer(const JobSpec& spec, const std::vector<int64_t>& sizes,
                               int64_t parameters, MemoryEstimate* m) {
   const ParallelismSpec& p = spec.parallelism;
@@ -280,22 +315,16 @@ void SetGradientsAndOptimizer(const JobSpec& spec, const std::vector<int64_t>& s
   }
   const int64_t world = p.world_size;
   int64_t padded = 0, chunks = 0;
-  std::vector<int64_t> bucket_sizes;  // padded
-  for (int64_t n : BucketElements(sizes, p)) {
+  std::vector<int64_t> bucket_sizes;  // padded; ZeRO-3's buckets are its units, the root first
+  for (int64_t n : p.zero_stage == 3 ? UnitElements(spec, sizes) : BucketElements(sizes, p)) {
     const int64_t chunk = n / world + (n % world != 0 ? 1 : 0);
     bucket_sizes.push_back(SatMul(chunk, world));
     padded = SatAdd(padded, bucket_sizes.back());
     chunks = SatAdd(chunks, chunk);
   }
   const bool zero = p.zero_stage >= 1;
-  // The whole buffers (ZeRO-2: those alive at once) and, compressed, their copies in flight.
-  int64_t buffers = padded;
-  if (p.zero_stage >= 2) {
-    std::sort(bucket_sizes.rbegin(), bucket_sizes.rend());
-    buffers = 0;
-    for (size_t i = 0; i < bucket_sizes.size() && i < kLiveBucketsAtOnce; ++i)
-      buffers = SatAdd(buffers, bucket_sizes[i]);
-  }
+  // The whole buffers (ZeRO-2 and -3: those alive at once) and, compressed, their copies.
+  const int64_t buffers = p.zero_stage >= 2 ? Largest(bucket_sizes, kLiveBucketsAtOnce) : padded;
   int64_t grads = SatMul(buffers, 4);
   if (zero) grads = SatAdd(grads, SatMul(chunks, 4));
   if (p.grad_compression == "bf16" || p.grad_compression == "fp16")
@@ -303,10 +332,12 @@ void SetGradientsAndOptimizer(const JobSpec& spec, const std::vector<int64_t>& s
   m->gradients_bytes = grads;
   m->optimizer_bytes = SatMul(zero ? chunks : parameters, per_element);
   if (p.zero_stage == 2) m->optimizer_bytes = SatAdd(m->optimizer_bytes, SatMul(chunks, 4));
-  // ZeRO-3: the weights' shards and the units gathered at once, taken as the largest buckets
-  // (units are a model's blocks, not sizes: an approximation).
-  if (p.zero_stage == 3)
-    m->weights_bytes = SatAdd(SatMul(SatAdd(chunks, buffers), 4), BufferBytes(spec));
+  // ZeRO-3: the weights' shards and the units gathered at once: the root (through the whole
+  // forward and backward) and two others (the one running and the next, prefetched).
+  if (p.zero_stage == 3) {
+    const int64_t gathered = SatAdd(bucket_sizes.front(), Largest(bucket_sizes, 2, /*skip=*/1));
+    m->weights_bytes = SatAdd(SatMul(SatAdd(chunks, gathered), 4), BufferBytes(spec));
+  }
 }
 
 // ---- Activations: the zoo's models as timelines (Note [Activation model]) --------------------

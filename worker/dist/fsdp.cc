@@ -68,7 +68,7 @@ void ShardedUnits::PointInto(size_t u, const Tensor& flat) {
 
 void ShardedUnits::Prefetch(size_t u) {
   Unit& unit = units_[u];
-  if (unit.full.defined()) return;  // gathered, or on its way
+  if (unsharded_ || unit.full.defined()) return;  // gathered, or on its way
   unit.full = Empty(Shape{unit.padded}, unit.shard.options());
   unit.pending = group_->AllGather(unit.full, unit.shard);
   held_bytes_ += unit.padded * static_cast<int64_t>(ElementSize(unit.shard.dtype()));
@@ -91,12 +91,29 @@ Status ShardedUnits::Gather(size_t u) {
 
 void ShardedUnits::Release(size_t u) {
   Unit& unit = units_[u];
-  if (unit.pending) return;  // a prefetch in flight is kept for its Gather
+  if (unsharded_ || unit.pending) return;  // a prefetch in flight is kept for its Gather
   if (unit.full.defined()) {
     held_bytes_ -= unit.padded * static_cast<int64_t>(ElementSize(unit.shard.dtype()));
   }
   unit.full = Tensor();
   PointInto(u, Tensor());
+}
+
+Status ShardedUnits::Unshard() {
+  for (size_t u = 0; u < units_.size() && !unsharded_; ++u) {
+    RETURN_IF_ERROR(Gather(u));
+    for (size_t k : units_[u].params) {
+      const Tensor& p = params_[k].second;
+      const Tensor own = ConvertTo(p.detach(), p.dtype(), /*force_copy=*/true);
+      p.impl()->storage = own.storage();
+      p.impl()->offset = own.offset();
+    }
+    // The flat buffer goes; the parameters have their own storage now.
+    held_bytes_ -= units_[u].padded * static_cast<int64_t>(ElementSize(units_[u].shard.dtype()));
+    units_[u].full = Tensor();
+  }
+  unsharded_ = true;
+  return OkStatus();
 }
 
 Status ShardedUnits::TakeError() {

@@ -32,8 +32,7 @@
 // keeps the error (TakeError), which the trainer reports after the backward or the
 // evaluation. Checkpoints gather one unit at a time (DataParallel::GatheredCopy).
 //
-// The parameters stay released when the object goes (the shards go with it): the model is
-// usable again only through a new ShardedUnits, or a checkpoint. Not thread-safe: the
+// Unshard ends it all: the model is whole again (the trainer's last act). Not thread-safe: the
 // training thread and its backward (the same thread on every backend here) call it.
 #pragma once
 
@@ -56,6 +55,11 @@ class ShardedUnits {
   static StatusOr<std::unique_ptr<ShardedUnits>> Create(std::vector<NamedTensor> params,
                                                         std::vector<std::vector<size_t>> units,
                                                         std::shared_ptr<ProcessGroup> group);
+
+  // Every rank together, at the end of training: each parameter gets its gathered weights in a
+  // storage of its own, so the model is whole again; Gather, Prefetch and Release then do
+  // nothing.
+  Status Unshard();
 
   // `forward(x)`, unit u's computation, as Note [Unit wrappers] says.
   using Computation = std::function<Tensor(const Tensor&)>;
@@ -92,6 +96,7 @@ class ShardedUnits {
   std::vector<Unit> units_;
   std::shared_ptr<Storage> empty_;  // what released parameters point at
   Status error_;
+  bool unsharded_ = false;
   int64_t held_bytes_ = 0, peak_bytes_ = 0;
 };
 

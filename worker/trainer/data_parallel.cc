@@ -116,6 +116,13 @@ std::vector<Tensor> DataParallel::WeightShards() const {
   return shards;
 }
 
+Status DataParallel::Unshard() {
+  if (!fsdp_) return OkStatus();
+  Status s = fsdp_->Unshard();
+  if (!s.ok()) return s.WithContext("gathering the sharded weights at the end");
+  return OkStatus();
+}
+
 Status DataParallel::TakeGatherError() {
   if (!fsdp_) return OkStatus();
   Status s = fsdp_->TakeError();

@@ -45,6 +45,9 @@ class DataParallel {
   // Per reducer bucket, this rank's chunk of the weights (ZeroOptimizer's, for ZeRO-3); empty
   // otherwise.
   std::vector<Tensor> WeightShards() const;
+  // ZeRO-3, every rank together at the end of training: the model's weights whole again
+  // (ShardedUnits::Unshard); otherwise nothing.
+  Status Unshard();
   // A ZeRO-3 unit's failed gather since the last call (OK otherwise; clears it).
   Status TakeGatherError();
   // ZeRO-3, every rank together: `state` (the model's tensors) with every parameter gathered a

@@ -308,6 +308,8 @@ StatusOr<TrainSummary> Trainer::Finish(RunTally* tally) {
   }
   // An asynchronous checkpoint's write overlaps the evaluation; Run returns once it commits.
   RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
+  // ZeRO-3: the model is whole again for whoever reads it after Run.
+  if (dp_) RETURN_IF_ERROR(dp_->Unshard());
   SetPhase(Phase::kDone);
   summary.steps = step_;
   summary.world_size = world_size_;

@@ -96,7 +96,7 @@ TEST(ShardedUnitsTest, KeepsItsChunksAndGathersAndReleasesWholeUnits) {
 
 // Three SGD steps with momentum on two ranks, each unit gathered for its forward and again
 // for its backward and released once its gradients are reduce-scattered, equal three steps of
-// one process on both ranks' inputs.
+// one process on both ranks' inputs; Unshard makes the model whole.
 TEST(ShardedUnitsTest, TrainsLikeOneProcess) {
   std::vector<NamedTensor> want = MakeParams();
   auto opt = MakeSgd(want);
@@ -131,8 +131,12 @@ TEST(ShardedUnitsTest, TrainsLikeOneProcess) {
       for (const auto& [name, p] : params) EXPECT_EQ(p.storage()->nbytes(), 0u) << name;
       ASSERT_TRUE((*zero)->Step().ok());
     }
-    for (size_t unit = 0; unit < u->size(); ++unit) ASSERT_TRUE(u->Gather(unit).ok());
+    // Unsharded, each parameter holds its weights in a storage of its own, for good.
+    ASSERT_TRUE(u->Unshard().ok());
+    u->Release(0);
     for (size_t k = 0; k < params.size(); ++k) {
+      const Tensor& p = params[k].second;
+      EXPECT_EQ(p.storage()->nbytes(), static_cast<size_t>(p.numel()) * sizeof(float));
       const std::vector<float> got = ToVector<float>(params[k].second);
       const std::vector<float> ref = ToVector<float>(want[k].second);
       for (size_t i = 0; i < got.size(); ++i) {

@@ -382,8 +382,9 @@ TEST(JobMemoryTest, TheTrainersPeakLiesWithinTheEstimate) {
   ExpectTrainerWithinTheEstimate(ParseSpec(mlp + Json(csv).Dump() + "}}}"));
 }
 
-// Three ranks of the real Trainer over Gloo (threads), ZeRO-1 and ZeRO-2: each holds exactly
-// the estimate's share of the optimizer state, and at most the estimate's gradient memory
+// Three ranks of the real Trainer over Gloo (threads), ZeRO stages 1 to 3: each holds exactly
+// the estimate's share of the optimizer state, and at most the estimate's gradient and weight
+// memory
 // (ZeRO-2's estimate counts the largest buckets that can be alive at once; the measured peak
 // is of the buckets that were). Returns rank 0's gradient bytes.
 int64_t ExpectTrainerZeroRanksWithinTheEstimate(int stage) {
@@ -394,7 +395,7 @@ int64_t ExpectTrainerZeroRanksWithinTheEstimate(int stage) {
   const JobSpec spec = TinyGptJob(
       text, R"(, "parallelism": {"world_size": 3, "zero_stage": )" + std::to_string(stage) + R"(,
       "bucket_size_mb": 0.02, "first_bucket_size_mb": 0.005})");
-  std::vector<int64_t> state(3), parameters(3), vocab(3), grads(3);
+  std::vector<int64_t> state(3), parameters(3), vocab(3), grads(3), weights(3);
   ::trainyard::testing::RunRanks(3, [&](int rank, std::shared_ptr<dist::ProcessGroup> group) {
     trainer::TrainerOptions options;
     options.process_group = std::move(group);
@@ -403,6 +404,7 @@ int64_t ExpectTrainerZeroRanksWithinTheEstimate(int stage) {
     ASSERT_TRUE((*t)->Run().ok());
     state[rank] = (*t)->optimizer_state_bytes();
     grads[rank] = (*t)->gradient_bytes();
+    weights[rank] = (*t)->weight_bytes();
     parameters[rank] = (*t)->num_parameters();
     vocab[rank] = (*t)->data().num_classes;
   });
@@ -416,14 +418,19 @@ int64_t ExpectTrainerZeroRanksWithinTheEstimate(int stage) {
       EXPECT_EQ(grads[rank], e.gradients_bytes) << "rank " << rank;
     }
     EXPECT_LE(grads[rank], e.gradients_bytes) << "rank " << rank;
+    EXPECT_LE(weights[rank], e.weights_bytes) << "rank " << rank;
   }
   return grads[0];
 }
 
+// ZeRO-3's estimate follows its units (the GPT's two blocks and the root) rather than the
+// bucket sizes. (With two blocks, the root and both blocks are gathered at once, so ZeRO-3
+// holds no less than the whole weights here.)
 TEST(JobMemoryTest, EachZeroRankOfTheTrainerHoldsTheEstimatedShare) {
   const int64_t one = ExpectTrainerZeroRanksWithinTheEstimate(1);
   const int64_t two = ExpectTrainerZeroRanksWithinTheEstimate(2);
   EXPECT_LT(two, one * 4 / 5);  // ZeRO-2 keeps no whole buffers
+  ExpectTrainerZeroRanksWithinTheEstimate(3);
 }
 
 // ZeRO-1 and the buckets: the estimate's sums equal what dist::PlanBuckets gives the real

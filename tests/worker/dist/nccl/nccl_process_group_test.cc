@@ -506,20 +506,16 @@ TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
 #ifdef TY_HAVE_GLOO  // the CPU reference runs over Gloo, which the lent GPU machines lack
 // The trainer's data parallelism on the device: World() ranks of a tiny GPT (dropout, clipping,
 // AdamW), their gradients averaged through NCCL, report the losses that the same job reports
-// on the CPU through Gloo, and end with equal weights.
-TEST(NcclProcessGroupTest, TheTrainerTrainsDataParallelOnTheDeviceAsOnTheCpu) {
-  SKIP_WITHOUT_GPU();
-  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible";
-#if defined(TY_CUDA_LIB)
-  ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
-#elif !defined(TY_NCCL_EMU)
-  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
-#endif
+// on the CPU through Gloo, and end with equal weights; also with ZeRO-2 and ZeRO-3.
+// With `zero_stage` (0: plain data parallelism; 2 and 3 shard gradients and weights).
+void ExpectDeviceTrainingMatchesTheCpu(int zero_stage) {
+  SCOPED_TRACE("zero_stage " + std::to_string(zero_stage));
   const int n = World();
   ::trainyard::testing::TempDir dir;
   const std::string text = dir.path() + "/corpus.txt";
   trainer::testing::WriteGptCorpus(text);
-  const std::string world = R"(, "parallelism": {"world_size": )" + std::to_string(n) + "}";
+  const std::string world = R"(, "parallelism": {"world_size": )" + std::to_string(n) +
+                            R"(, "zero_stage": )" + std::to_string(zero_stage) + "}";
   auto train = [&](int rank, std::shared_ptr<ProcessGroup> group, const std::string& extra,
                    std::vector<double>* losses, std::vector<float>* weights) {
     trainer::TrainerOptions options;
@@ -558,6 +554,17 @@ TEST(NcclProcessGroupTest, TheTrainerTrainsDataParallelOnTheDeviceAsOnTheCpu) {
   for (size_t i = 0; i < weights[0].size(); ++i) {
     ASSERT_NEAR(weights[0][i], cpu_weights[0][i], 1e-3) << i;
   }
+}
+
+TEST(NcclProcessGroupTest, TheTrainerTrainsDataParallelOnTheDeviceAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible";
+#if defined(TY_CUDA_LIB)
+  ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
+#elif !defined(TY_NCCL_EMU)
+  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
+#endif
+  for (int zero_stage : {0, 2, 3}) ExpectDeviceTrainingMatchesTheCpu(zero_stage);
 }
 
 #endif  // TY_HAVE_GLOO
