@@ -237,7 +237,8 @@ void Reducer::State::Prepare() {
   }
   next_bucket_ = 0;
   hook_error_ = OkStatus();
-  stats_ = ReducerStats();
+  // release_buckets reduces every micro-batch: the stats add up over the step's.
+  if (!accumulate_) stats_ = ReducerStats();
   in_backward_ = true;
 }
 
@@ -411,12 +412,14 @@ Status Reducer::State::Finish() {
     Status s = WaitFor(*group_, *works_[b]);
     if (status.ok()) status = s;
   }
-  stats_.wait_seconds = Seconds(SteadyClock::now() - wait_start);
+  stats_.wait_seconds += Seconds(SteadyClock::now() - wait_start);
   RETURN_IF_ERROR(status);
 
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Work& w = *works_[b];
-    if (b == 0) stats_.first_start = w.start_time();
+    if (b == 0 && stats_.first_start == SteadyClock::time_point{}) {
+      stats_.first_start = w.start_time();
+    }
     stats_.last_end = std::max(stats_.last_end, w.end_time());
     stats_.comm_seconds += Seconds(w.end_time() - w.start_time());
     stats_.bytes += w.bytes();

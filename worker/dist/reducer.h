@@ -90,7 +90,8 @@ struct Bucket {
   int64_t padded = 0;            // numel rounded up to a multiple of the world size
 };
 
-// Per synchronised step, for metrics and the overlap test. Times are steady-clock.
+// Per synchronised step, for metrics and the overlap test (release_buckets: summed over the
+// step's micro-batches, each of which reduces). Times are steady-clock.
 struct ReducerStats {
   std::chrono::steady_clock::time_point first_launch{};  // first bucket's collective queued
   std::chrono::steady_clock::time_point first_start{};   // ... began running

@@ -324,6 +324,9 @@ TEST(ReducerTest, ShardModeLeavesEachRankItsChunkOfTheAverage) {
         ASSERT_TRUE((*reducer)->Finish().ok());
       }
       EXPECT_EQ(bucket.buffer.defined(), !options.release_buckets);
+      // The step's stats count every backward's reduce-scatter.
+      EXPECT_EQ((*reducer)->stats().bytes,
+                backwards * bucket.padded * (options.compression ? 2 : 4));
       // Lay the expected gradients out as the bucket does and compare this rank's chunk.
       std::vector<float> flat(bucket.padded, 0.f);
       for (size_t i = 0; i < bucket.params.size(); ++i) {
@@ -342,6 +345,7 @@ TEST(ReducerTest, ShardModeLeavesEachRankItsChunkOfTheAverage) {
       ASSERT_TRUE((*reducer)->Finish().ok());
       for (float& g : mine) g /= backwards;
       ExpectNear(ToVector<float>(bucket.shard), mine, 1e-6);
+      EXPECT_EQ((*reducer)->stats().bytes, bucket.padded * 4);
     });
   }
 }
