@@ -197,13 +197,26 @@ Tensor Gpt::Forward(const Tensor& idx) {
   const int64_t t = idx.size(1);
   TY_CHECK(t >= 1 && t <= config_.context) << "GPT: cannot forward a sequence of length " << t
                                            << "; the context (block size) is " << config_.context;
+  return Head(Blocks(0, config_.n_layer, Embed(idx)));
+}
+
+Tensor Gpt::Embed(const Tensor& idx) {
   // Positions 0..t-1 pick wpe's first t rows: a slice, with no index tensor to build, copy to
   // the device and check on the host.
+  const int64_t t = idx.size(1);
   Tensor x = ops::Add(wte_->Forward(idx), ops::Narrow(wpe_->weight(), 0, 0, t));  // (B, T, C)
-  x = drop_->Forward(x);
-  for (size_t i = 0; i < h_->size(); ++i) x = ForwardBlock(h_->at(i), x);
-  return lm_head_->Forward(ln_f_->Forward(x));  // (B, T, vocab_size)
+  return drop_->Forward(x);
 }
+
+Tensor Gpt::Blocks(int64_t begin, int64_t end, const Tensor& x) {
+  TY_CHECK(0 <= begin && begin <= end && end <= config_.n_layer)
+      << "GPT: blocks [" << begin << ", " << end << ") of " << config_.n_layer;
+  Tensor h = x;
+  for (int64_t i = begin; i < end; ++i) h = ForwardBlock(h_->at(static_cast<size_t>(i)), h);
+  return h;
+}
+
+Tensor Gpt::Head(const Tensor& x) { return lm_head_->Forward(ln_f_->Forward(x)); }
 
 Tensor Gpt::ForwardBlock(const std::shared_ptr<Module>& block, const Tensor& x) {
   if (!config_.activation_checkpointing || !is_training()) return block->Call(x);

@@ -96,6 +96,13 @@ class Gpt : public Module {
   // Also checks that every id lies in [0, vocab_size).
   Status CheckInput(const Tensor& idx) const override;
 
+  // The model in parts, for pipeline stages (worker/dist/pipeline.h): Forward(idx) is
+  // Head(Blocks(0, n_layer, Embed(idx))).
+  Tensor Embed(const Tensor& idx);  // token and position embeddings, dropout: (B, T, C)
+  // Blocks begin..end-1, (B, T, C) -> (B, T, C), 0 <= begin <= end <= n_layer (TY_CHECK).
+  Tensor Blocks(int64_t begin, int64_t end, const Tensor& x);
+  Tensor Head(const Tensor& x);  // the last norm and lm_head: (B, T, vocab_size)
+
   // nanoGPT's get_num_params(): NumParameters() less the position embeddings.
   int64_t NumNonEmbeddingParameters() const;
   const GptConfig& config() const { return config_; }

@@ -8,7 +8,9 @@
 #include "tests/worker/nn/golden_util.h"
 #include "tests/worker/nn/stats_util.h"
 #include "worker/autograd/engine.h"
+#include "worker/ops/elementwise.h"
 #include "worker/ops/loss.h"
+#include "worker/ops/reduction.h"
 #include "worker/ops/views.h"
 #include "worker/tensor/factories.h"
 
@@ -131,6 +133,32 @@ TEST(GptTest, TheSameSeedGivesTheSameModel) {
   auto first = Build(Tiny(), &a);
   EXPECT_TRUE(testing::SameState(*first, *Build(Tiny(), &b)));
   EXPECT_FALSE(testing::SameState(*first, *Build(Tiny(), &c)));
+}
+
+// A pipeline's stages run the model in parts, a detached activation between them: the logits
+// and every gradient are Forward's.
+TEST(GptTest, EmbedBlocksAndHeadInStagesComputeForward) {
+  Generator gen(8);
+  auto model = Build(Tiny(), &gen);
+  const Tensor idx = RandInt({2, 7}, 0, 11, Options(DType::kInt64), &gen);
+  Tensor whole = model->Forward(idx);
+  ASSERT_TRUE(autograd::Backward(ops::Mean(ops::Mul(whole, whole))).ok());
+  std::vector<std::vector<float>> want;
+  for (const Tensor& p : model->Parameters()) want.push_back(ToVector<float>(p.grad()));
+  model->ZeroGrad();
+  // Stage 1: the embeddings and block 0; stage 2: block 1 and the head.
+  Tensor first = model->Blocks(0, 1, model->Embed(idx));
+  Tensor between = first.detach().set_requires_grad(true);
+  Tensor logits = model->Head(model->Blocks(1, 2, between));
+  EXPECT_EQ(ToVector<float>(logits), ToVector<float>(whole));
+  ASSERT_TRUE(autograd::Backward(ops::Mean(ops::Mul(logits, logits))).ok());
+  ASSERT_TRUE(autograd::Backward(first, between.grad()).ok());
+  const std::vector<Tensor> params = model->Parameters();
+  for (size_t k = 0; k < params.size(); ++k) {
+    const std::vector<float> got = ToVector<float>(params[k].grad());
+    ASSERT_EQ(got.size(), want[k].size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[k][i], 1e-6) << k << " " << i;
+  }
 }
 
 TEST(GptTest, BackwardReachesEveryParameterWithAndWithoutDropout) {
