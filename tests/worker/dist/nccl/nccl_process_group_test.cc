@@ -23,12 +23,15 @@
 #include "tests/testing/dist.h"
 #include "tests/worker/trainer/trainer_test_util.h"
 #include "worker/autograd/engine.h"
+#include "worker/dist/fsdp.h"
 #include "worker/dist/nccl_loader.h"
 #include "worker/dist/reducer.h"
+#include "worker/dist/zero.h"
 #include "worker/ops/activation.h"
 #include "worker/ops/elementwise.h"
 #include "worker/ops/linalg.h"
 #include "worker/ops/reduction.h"
+#include "worker/optim/sgd.h"
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/generator.h"
@@ -501,6 +504,90 @@ TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
       ExpectShardsOfTheAverage(**reducer, params, want, g->rank(), tol);
     });
   }
+}
+
+// ZeRO-3 on the device: two layers as two units (the root the second), each rank's input its
+// own; three SGD steps through ShardedUnits, the reducer and ZeroOptimizer over NCCL end with
+// the weights of one CPU process stepping on the mean of the ranks' losses. Needs no Gloo.
+TEST(NcclProcessGroupTest, ShardedUnitsTrainOnTheDeviceAsOneCpuProcess) {
+  SKIP_WITHOUT_GPU();
+#if defined(TY_CUDA_LIB)
+  ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
+#elif !defined(TY_NCCL_EMU)
+  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
+#endif
+  const int n = World();
+  auto make = [](const Device& device) {
+    Generator gen(21);
+    std::vector<NamedTensor> p;
+    for (const char* name : {"w1", "b1", "w2", "b2"}) {
+      const Shape shape = name[0] == 'w' ? Shape{5, 5} : Shape{5};
+      p.emplace_back(name, CopyToDevice(Randn(shape, {}, &gen), device).set_requires_grad(true));
+    }
+    return p;
+  };
+  auto loss = [](const std::vector<NamedTensor>& p, const Tensor& h) {
+    Tensor y = ops::Tanh(ops::Linear(h, p[2].second, p[3].second));
+    return ops::Mean(ops::Mul(y, y));
+  };
+  auto layer1 = [](const std::vector<NamedTensor>& p, const Tensor& x) {
+    return ops::Tanh(ops::Linear(x, p[0].second, p[1].second));
+  };
+  auto input = [](int rank, int step, const Device& device) {
+    Generator gen(300 + 10 * step + rank);
+    return CopyToDevice(Randn({3, 5}, {}, &gen), device);
+  };
+  auto sgd = [](std::vector<optim::NamedTensor> p) -> StatusOr<std::unique_ptr<optim::Optimizer>> {
+    ASSIGN_OR_RETURN(auto opt, optim::SGD::Create(std::move(p), {0.1, 0.9}));
+    return std::unique_ptr<optim::Optimizer>(std::move(opt));
+  };
+  std::vector<NamedTensor> want = make(Device::Cpu());
+  auto opt = sgd(want);
+  ASSERT_TRUE(opt.ok());
+  for (int step = 0; step < 3; ++step) {
+    for (int r = 0; r < n; ++r) {
+      Tensor l = loss(want, layer1(want, input(r, step, Device::Cpu())));
+      ASSERT_TRUE(autograd::Backward(ops::MulScalar(l, 1.0 / n)).ok());
+    }
+    (*opt)->Step();
+    (*opt)->ZeroGrad();
+  }
+  const std::vector<std::vector<size_t>> units = {{2, 3}, {0, 1}};
+  RunRankGroups(n, [&](std::shared_ptr<NcclProcessGroup> g) {
+    const Device device = Device::Cuda(g->device());
+    std::vector<NamedTensor> params = make(device);
+    auto sharded = ShardedUnits::Create(params, units, g);
+    ASSERT_TRUE(sharded.ok()) << sharded.status();
+    ShardedUnits* u = sharded->get();
+    ReducerOptions options;
+    options.shard_gradients = options.release_buckets = true;
+    options.plan = {units[1], units[0]};
+    options.on_launch = [u](size_t bucket) { u->Release(1 - bucket); };
+    auto reducer = Reducer::Create(params, g, options);
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    auto zero = ZeroOptimizer::Create(reducer->get(), sgd, {u->shard(1), u->shard(0)});
+    ASSERT_TRUE(zero.ok()) << zero.status();
+    for (int step = 0; step < 3; ++step) {
+      (*reducer)->Prepare();
+      Tensor l = u->RunUnit(0, input(g->rank(), step, device), [&](const Tensor& x) {
+        Tensor h = u->RunUnit(1, x, [&](const Tensor& t) { return layer1(params, t); });
+        return loss(params, h);
+      });
+      ASSERT_TRUE(autograd::Backward(l).ok());
+      ASSERT_TRUE((*reducer)->Finish().ok());
+      ASSERT_TRUE(u->TakeError().ok());
+      ASSERT_TRUE((*zero)->Step().ok());
+    }
+    ASSERT_TRUE(u->Unshard().ok());
+    for (size_t k = 0; k < params.size(); ++k) {
+      const std::vector<float> got = ToVector<float>(CopyToDevice(params[k].second, Device::Cpu()));
+      const std::vector<float> ref = ToVector<float>(want[k].second);
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_NEAR(got[i], ref[i], 1e-4 * (1 + std::abs(ref[i])))
+            << "rank " << g->rank() << " " << want[k].first << "[" << i << "]";
+      }
+    }
+  });
 }
 
 #ifdef TY_HAVE_GLOO  // the CPU reference runs over Gloo, which the lent GPU machines lack
