@@ -71,7 +71,7 @@ void ShardedUnits::Prefetch(size_t u) {
   if (unsharded_ || unit.full.defined()) return;  // gathered, or on its way
   unit.full = Empty(Shape{unit.padded}, unit.shard.options());
   unit.pending = group_->AllGather(unit.full, unit.shard);
-  held_bytes_ += unit.padded * static_cast<int64_t>(ElementSize(unit.shard.dtype()));
+  held_bytes_ += BytesOf(unit.full);
   peak_bytes_ = std::max(peak_bytes_, held_bytes_);
 }
 
@@ -92,9 +92,7 @@ Status ShardedUnits::Gather(size_t u) {
 void ShardedUnits::Release(size_t u) {
   Unit& unit = units_[u];
   if (unsharded_ || unit.pending) return;  // a prefetch in flight is kept for its Gather
-  if (unit.full.defined()) {
-    held_bytes_ -= unit.padded * static_cast<int64_t>(ElementSize(unit.shard.dtype()));
-  }
+  held_bytes_ -= BytesOf(unit.full);       // 0 when not gathered
   unit.full = Tensor();
   PointInto(u, Tensor());
 }
@@ -109,7 +107,7 @@ Status ShardedUnits::Unshard() {
       p.impl()->offset = own.offset();
     }
     // The flat buffer goes; the parameters have their own storage now.
-    held_bytes_ -= units_[u].padded * static_cast<int64_t>(ElementSize(units_[u].shard.dtype()));
+    held_bytes_ -= BytesOf(units_[u].full);
     units_[u].full = Tensor();
   }
   unsharded_ = true;
