@@ -180,6 +180,9 @@ struct ParallelismSpec {
   std::string all_reduce_algorithm = "auto";  // auto, ring or ring_chunked (gloo)
   int min_world_size = 0;                     // elastic bounds; 0: world_size (MinWorldSize)
   int max_world_size = 0;
+  int pipeline_stages = 1;                 // P; 1: no pipeline (world_size = P x D)
+  std::string pipeline_schedule = "1f1b";  // 1f1b or gpipe
+  std::vector<int64_t> pipeline_balance;   // GPT blocks per stage; empty: by parameter count
 };
 
 // The elastic bounds of job.proto's ParallelismSpec, 0 resolved to world_size.

@@ -161,6 +161,9 @@ void VisitParallelism(V& v, ParallelismSpec& s) {
   v.Choice("all_reduce_algorithm", &s.all_reduce_algorithm, {"auto", "ring", "ring_chunked"});
   v.Int("min_world_size", &s.min_world_size, 0, kMaxWorldSize);
   v.Int("max_world_size", &s.max_world_size, 0, kMaxWorldSize);
+  v.Int("pipeline_stages", &s.pipeline_stages, 1, 64);
+  v.Choice("pipeline_schedule", &s.pipeline_schedule, {"1f1b", "gpipe"});
+  v.IntList("pipeline_balance", &s.pipeline_balance, 1, 1024);
 }
 
 template <typename V>

@@ -98,6 +98,62 @@ void CheckElastic(const JobSpec& s, Problems* problems) {
   }
 }
 
+// Pipeline parallelism (job.proto, ParallelismSpec.pipeline_stages).
+void CheckPipeline(const JobSpec& s, Problems* problems) {
+  const ParallelismSpec& p = s.parallelism;
+  if (!AllFine(*problems, {"parallelism.pipeline_stages", "parallelism.pipeline_balance",
+                           "parallelism.world_size", "model.gpt.n_layer"})) {
+    return;
+  }
+  auto add = ValueAdder(problems);
+  const std::string stages = std::to_string(p.pipeline_stages);
+  const auto balance = [&] {
+    return Json::Array(Json::Items(p.pipeline_balance.begin(), p.pipeline_balance.end())).Dump();
+  };
+  if (p.pipeline_stages == 1) {
+    if (!p.pipeline_balance.empty()) {
+      add("parallelism.pipeline_balance", balance(), "needs parallelism.pipeline_stages > 1");
+    }
+    return;
+  }
+  if (!s.model.arch.empty() && s.model.arch != "gpt") {
+    add("parallelism.pipeline_stages", stages, "needs model.gpt (model is " + s.model.arch + ")");
+  } else if (s.model.arch == "gpt" && s.model.gpt.n_layer < p.pipeline_stages) {
+    add("parallelism.pipeline_stages", stages,
+        "is more than model.gpt.n_layer = " + std::to_string(s.model.gpt.n_layer) +
+            " (each stage takes at least one block)");
+  }
+  if (p.world_size % p.pipeline_stages != 0) {
+    add("parallelism.pipeline_stages", stages,
+        "must divide parallelism.world_size = " + std::to_string(p.world_size) +
+            " (world_size = pipeline_stages x data-parallel replicas)");
+  }
+  if (p.zero_stage != 0) {
+    add("parallelism.pipeline_stages", stages,
+        "cannot be combined with parallelism.zero_stage = " + std::to_string(p.zero_stage) +
+            "; use zero_stage 0");
+  }
+  if (s.precision == "fp16") {
+    add("parallelism.pipeline_stages", stages,
+        "cannot be combined with precision fp16 (its loss scaler would have to skip steps on "
+        "every stage at once); use bf16");
+  }
+  if (IsElastic(p)) {
+    add("parallelism.pipeline_stages", stages,
+        "needs a fixed world size (parallelism.min_world_size and max_world_size 0)");
+  }
+  if (p.pipeline_balance.empty()) return;
+  int64_t blocks = 0;
+  for (int64_t b : p.pipeline_balance) blocks += b;
+  if (static_cast<int>(p.pipeline_balance.size()) != p.pipeline_stages) {
+    add("parallelism.pipeline_balance", balance(),
+        "needs one entry per stage (parallelism.pipeline_stages = " + stages + ")");
+  } else if (s.model.arch == "gpt" && blocks != s.model.gpt.n_layer) {
+    add("parallelism.pipeline_balance", balance(),
+        "must sum to model.gpt.n_layer = " + std::to_string(s.model.gpt.n_layer));
+  }
+}
+
 // The rules of parallelism (job.proto, ParallelismSpec).
 void CheckParallelism(const JobSpec& s, Problems* problems) {
   const ParallelismSpec& p = s.parallelism;
@@ -127,6 +183,7 @@ void CheckParallelism(const JobSpec& s, Problems* problems) {
   }
   CheckBackend(s, problems);
   CheckElastic(s, problems);
+  CheckPipeline(s, problems);
 }
 
 // The model's own shapes.

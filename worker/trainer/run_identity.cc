@@ -1,5 +1,6 @@
 #include "worker/trainer/run_identity.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -56,8 +57,11 @@ void Flatten(const Json& v, const std::string& path, std::map<std::string, std::
 
 Json IdentityFields(const Json& spec) {
   const Json& parallelism = Member(spec, "parallelism");
-  const int64_t global_batch = IntOr(spec, "batch_size", 0) * IntOr(parallelism, "world_size", 1) *
-                               IntOr(parallelism, "grad_accumulation_steps", 1);
+  // A pipeline's stages share each sample: world_size / pipeline_stages replicas read data.
+  const int64_t replicas = IntOr(parallelism, "world_size", 1) /
+                           std::max<int64_t>(1, IntOr(parallelism, "pipeline_stages", 1));
+  const int64_t global_batch =
+      IntOr(spec, "batch_size", 0) * replicas * IntOr(parallelism, "grad_accumulation_steps", 1);
   return Json::Object({{"model", Member(spec, "model")},
                        {"data", Without(Member(spec, "data"), {"num_workers", "prefetch"})},
                        {"optimizer", Member(spec, "optimizer")},

@@ -9,11 +9,12 @@
 // --state-dir numbers jobs from 1 again, and the new job-1 must not resume the old job-1's
 // checkpoints). The digest covers what makes two runs' weights comparable step for step: the
 // model, the data (not its loader's workers or prefetch), the optimizer, the schedule, the
-// global batch (batch_size x world_size x grad_accumulation_steps: another world size with
-// the same global batch is the same run, resharded), the seed and the clip norm. Not the step
-// count or a cosine schedule's total_steps (a run may be extended), the precision or the device (a
-// run may continue in another: Note [Mixed precision]), evaluation, checkpointing or threads. A
-// manifest written before run identities (no "run") matches on the digest alone.
+// global batch (batch_size x world_size / pipeline_stages x grad_accumulation_steps: another
+// world size or pipeline with the same global batch is the same run, resharded), the seed and the
+// clip norm. Not the step count or a cosine schedule's total_steps (a run may be extended), the
+// precision or the device (a run may continue in another: Note [Mixed precision]), evaluation,
+// checkpointing or threads. A manifest written before run identities (no "run") matches on the
+// digest alone.
 #pragma once
 
 #include <string>

@@ -510,7 +510,8 @@ TEST(JobSpecTest, ParallelismAppearsInToJsonWithItsDefaults) {
   EXPECT_EQ(*p->Find("collective_timeout_seconds"), Json(600.0));
   EXPECT_EQ(*p->Find("grad_compression"), Json("none"));
   EXPECT_EQ(*p->Find("min_world_size"), Json(0));  // 0: world_size
-  EXPECT_EQ(p->size(), 14u);
+  EXPECT_EQ(*p->Find("pipeline_stages"), Json(1));
+  EXPECT_EQ(p->size(), 17u);
   StatusOr<JobSpec> back = ParseJobSpec(out);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(ToJson(*back), out);
