@@ -376,7 +376,8 @@ StatusOr<int> ResolveNproc(const TrainArgs& a, const spec::JobSpec& spec, bool s
 
 // In a launched rank: the store the launcher serves, scoped to this run, and the group.
 StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const ranks::LocalRankEnv& env,
-                                                        const spec::JobSpec& spec) {
+                                                        const spec::JobSpec& spec,
+                                                        dist::PipelineGroups* pipeline) {
   const auto timeout =
       std::chrono::milliseconds(std::llround(spec.parallelism.collective_timeout_seconds * 1000));
   StatusOr<std::shared_ptr<dist::Store>> store = dist::TcpStore::Connect(env.store, timeout);
@@ -385,7 +386,8 @@ StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const ranks::LocalRankEn
                                              ranks::kStoreEnv + "): " + store.status().message());
   }
   auto scoped = std::make_shared<dist::PrefixStore>("run/" + env.run_id + "/", *store);
-  return ranks::JoinGroup(spec, std::move(scoped), env.rank, env.world_size, /*hostname=*/"");
+  return ranks::JoinGroup(spec, std::move(scoped), env.rank, env.world_size, /*hostname=*/"",
+                          pipeline);
 }
 
 // A rerun of a run that finished: nothing to train. Says so (the summary's already_complete
@@ -422,8 +424,8 @@ StatusOr<trainer::TrainSummary> RunStoppably(trainer::Trainer& trainer) {
 }
 
 // Trains in this process; `group` is null for a single process.
-int Train(const TrainArgs& a, const spec::JobSpec& spec,
-          std::shared_ptr<dist::ProcessGroup> group) {
+int Train(const TrainArgs& a, const spec::JobSpec& spec, std::shared_ptr<dist::ProcessGroup> group,
+          dist::PipelineGroups pipeline = {}) {
   const bool text = spec.data.source == "text" || spec.data.source == "tokens";
   Progress progress(a.quiet, text);
   trainer::TrainerOptions options;
@@ -435,6 +437,7 @@ int Train(const TrainArgs& a, const spec::JobSpec& spec,
   };
   const bool rank0 = group == nullptr || group->rank() == 0;
   options.process_group = std::move(group);
+  options.pipeline = std::move(pipeline);
   options.metrics_file = a.metrics_file;
 
   StatusOr<std::unique_ptr<trainer::Trainer>> trainer = trainer::Trainer::Create(spec, options);
@@ -482,12 +485,13 @@ int TrainRank(const TrainArgs& a, const ranks::LocalRankEnv& env, spec::JobSpec 
                 2);
   }
   spec.parallelism.world_size = env.world_size;
-  StatusOr<std::shared_ptr<dist::ProcessGroup>> group = JoinGroup(env, spec);
+  dist::PipelineGroups pipeline;
+  StatusOr<std::shared_ptr<dist::ProcessGroup>> group = JoinGroup(env, spec, &pipeline);
   if (!group.ok()) {
     return Fail("rank " + std::to_string(env.rank) + ": " + std::string(group.status().message()),
                 1);
   }
-  return Train(a, spec, std::move(*group));
+  return Train(a, spec, std::move(*group), std::move(pipeline));
 }
 
 }  // namespace
@@ -499,9 +503,18 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (!rank.ok()) return Fail(std::string(rank.status().message()), 2);
   StatusOr<Json> json = LoadSpecJson(a.spec_path, a.overrides);
   if (!json.ok()) return Fail(std::string(json.status().message()), 2);
+  const bool sets_world_size = SetsField(*json, "parallelism.world_size");
+  // The launch's world size is the spec's before its rules relate it to other fields (such as
+  // pipeline_stages): a rank's, or a well-formed --nproc (ResolveNproc names a bad one).
+  const std::string launched =
+      rank->has_value() ? std::to_string((*rank)->world_size) : a.nproc.value_or("");
+  if (!sets_world_size && !launched.empty() &&
+      launched.find_first_not_of("0123456789") == std::string::npos && launched.size() < 6) {
+    if (Status s = ApplyOverride("parallelism.world_size=" + launched, &*json); !s.ok())
+      return Fail(std::string(s.message()), 2);
+  }
   StatusOr<spec::JobSpec> spec = ParseSpecJson(a.spec_path, *json);
   if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
-  const bool sets_world_size = SetsField(*json, "parallelism.world_size");
   if (rank->has_value()) return TrainRank(a, **rank, *std::move(spec), sets_world_size);
 
   StatusOr<int> nproc = ResolveNproc(a, *spec, sets_world_size);

@@ -1,7 +1,8 @@
 // Acceptance for data parallelism: N real rank processes (`trainyard train --nproc N`, Gloo on
 // loopback) with batch b per rank must end where one process with batch N x b ends, within
 // 1e-5 relative, for the MLP on Fashion-MNIST and a tiny GPT on the King James Bible; with SGD
-// and AdamW, gradient accumulation, ZeRO-1, -2 and -3 and activation checkpointing.
+// and AdamW, gradient accumulation, ZeRO-1, -2 and -3, activation checkpointing and pipeline
+// stages (P stages x D replicas with batch b: one process with batch D x b).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +33,8 @@ struct Job {
   bool activation_checkpointing = false;
   int steps = 20;
   std::string precision = "fp32";
+  int pipeline_stages = 1;
+  std::string pipeline_schedule = "1f1b";
 };
 
 // A job of job.steps steps; `batch` per rank and micro-batch. Dropout is off so ranks draw no
@@ -60,7 +63,9 @@ std::string WriteSpec(const TempDir& dir, const std::string& name, const Job& jo
       << "parallelism: {world_size: " << world << ", grad_accumulation_steps: " << job.accumulation
       << ", zero_stage: " << job.zero_stage
       << ", activation_checkpointing: " << (job.activation_checkpointing ? "true" : "false")
-      << ", first_bucket_size_mb: 0.01, bucket_size_mb: 0.05, collective_timeout_seconds: 60}\n";
+      << ", first_bucket_size_mb: 0.01, bucket_size_mb: 0.05, collective_timeout_seconds: 60"
+      << ", pipeline_stages: " << job.pipeline_stages
+      << ", pipeline_schedule: " << job.pipeline_schedule << "}\n";
   return path;
 }
 
@@ -127,10 +132,12 @@ void ExpectSameLosses(const std::string& got, const std::string& want, const Job
 }
 
 // One process with batch N x b (and the same accumulation) against N ranks with batch b: the
-// losses of every step and the final weights.
+// losses of every step and the final weights. With pipeline stages, N = world / stages.
 void ExpectEquivalent(const Job& job, int world, int64_t batch = 8) {
   TempDir dir;
-  const auto one = TrainAndLoad(dir, "one", job, batch * world, 1);
+  Job single = job;
+  single.pipeline_stages = 1;
+  const auto one = TrainAndLoad(dir, "one", single, batch * (world / job.pipeline_stages), 1);
   const auto many = TrainAndLoad(dir, "ranks", job, batch, world);
   const std::string what =
       job.model + " " + job.optimizer + " on " + std::to_string(world) + " ranks";
@@ -141,6 +148,7 @@ void ExpectEquivalent(const Job& job, int world, int64_t batch = 8) {
   TempDir init;
   Job frozen = job;
   frozen.optimizer = "{sgd: {lr: 0}}";
+  frozen.pipeline_stages = 1;
   const auto start = TrainAndLoad(init, "start", frozen, batch, 1);
   double moved = 0;
   for (const auto& [key, t] : start) {
@@ -221,6 +229,20 @@ TEST(DataParallelTest, Fp16WithZeroMatchesPlainDataParallelism) {
   }
 }
 
+// Pipeline parallelism: the GPT's two blocks on two stages, four micro-batches per step, the
+// tied embedding's gradient summed between the first and last stage; alone and with two
+// data-parallel replicas per stage; 1F1B and GPipe.
+TEST(DataParallelTest, PipelineMatchesOneProcessOverFiftySteps) {
+  Job pipeline{"gpt", kAdamW, /*accumulation=*/4, 0, false, /*steps=*/50};
+  pipeline.pipeline_stages = 2;
+  ExpectEquivalent(pipeline, 2, 8);
+  pipeline.pipeline_schedule = "gpipe";
+  ExpectEquivalent(pipeline, 4, 4);
+  pipeline.pipeline_schedule = "1f1b";
+  pipeline.activation_checkpointing = true;
+  ExpectEquivalent(pipeline, 4, 4);
+}
+
 TEST(DataParallelTest, ActivationCheckpointingMatchesOneProcess) {
   ExpectEquivalent({"gpt", kAdamW, 1, 0, /*activation_checkpointing=*/true}, 2, 4);
   ExpectEquivalent({"gpt", kAdamW, 2, 1, /*activation_checkpointing=*/true}, 3, 4);
@@ -254,6 +276,25 @@ void ExpectZeroResumesOnAnotherWorldSize(int stage) {
               std::string::npos)
         << summary;
     ExpectSameWeights(got, want, "resumed on " + std::to_string(resume_world) + " rank(s)");
+  }
+}
+
+// A pipeline's checkpoint holds the whole model and optimizer, gathered from its stages: 10
+// steps on 2 stages, then 10 more in one process or on 2 stages x 2 replicas, end where 20
+// steps of one process end.
+TEST(DataParallelTest, PipelineCheckpointsResumeWithoutOrWithOtherStages) {
+  Job single{"gpt", kAdamW, /*accumulation=*/4};
+  TempDir ref_dir;
+  const auto want = TrainAndLoad(ref_dir, "ref", single, 8, 1);
+  Job pipeline = single;
+  pipeline.pipeline_stages = 2;
+  for (const auto& [resumed, world] : {std::pair{single, 1}, std::pair{pipeline, 4}}) {
+    TempDir dir;
+    std::string spec = WriteSpec(dir, "run", pipeline, 8, 2);
+    ProcessResult r = RunProcess({kBin, "train", spec, "--quiet", "--set", "steps=10"}, 300s);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto got = TrainAndLoad(dir, "run", resumed, 8 * resumed.pipeline_stages / world, world);
+    ExpectSameWeights(got, want, "resumed on " + std::to_string(world) + " rank(s)");
   }
 }
 

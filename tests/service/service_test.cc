@@ -1,5 +1,6 @@
 // Acceptance of the service with the real binaries on loopback: `trainyard local` trains
-// Fashion-MNIST on two workers; a job's metrics reach WatchJob and every /metrics endpoint.
+// Fashion-MNIST on two workers, and a GPT in pipeline stages and with ZeRO-3; a job's metrics reach
+// WatchJob and every /metrics endpoint.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -59,6 +60,55 @@ TEST(ServiceTest, LocalTrainsFashionMlpOnTwoWorkersToEightyFivePercent) {
   }
   EXPECT_EQ(shapes["fc1.weight"], (std::vector<int64_t>{512, 784}));  // PyTorch's [out, in]
   EXPECT_EQ(shapes["fc3.bias"], (std::vector<int64_t>{10}));
+}
+
+// Pipeline stages and ZeRO-3 through the service: a tiny GPT on two local workers ends with
+// the evaluation loss of one process with the same global batch (16 windows a step).
+TEST(ServiceTest, LocalTrainsPipelineStagesAndZeroThreeAsOneProcessDoes) {
+  TempDir dir;
+  const std::string spec = dir.File("gpt.yaml");
+  std::ofstream(spec)
+      << "name: gpt\nmodel: {gpt: {context: 16, n_layer: 2, n_head: 2, n_embd: 32, dropout: 0, "
+         "bias: false}}\ndata: {text: {path: "
+      << kSource << "/data/kjv.txt, vocabulary: char, eval_fraction: 0.01}, num_workers: 0}\n"
+      << "optimizer: {adamw: {lr: 0.001}}\ngrad_clip_norm: 1.0\nbatch_size: 8\nsteps: 20\n"
+      << "seed: 3\neval: {max_batches: 1, batch_size: 8}\nparallelism: {grad_accumulation_steps: "
+         "2}\n";
+  testing::ProcessResult one =
+      testing::RunProcess({kTrainyard, "train", spec, "--quiet", "-o", "json", "--set",
+                           "checkpoint.dir=" + dir.File("one")},
+                          std::chrono::minutes(2));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  StatusOr<Json> want = Json::Parse(one.out);
+  ASSERT_TRUE(want.ok()) << one.out;
+  const double want_loss = want->Find("eval")->Find("loss")->number_value();
+  const std::vector<std::vector<std::string>> layouts = {
+      {"parallelism.pipeline_stages=2"}, {"parallelism.zero_stage=3", "batch_size=4"}};
+  for (const std::vector<std::string>& sets : layouts) {
+    SCOPED_TRACE(sets[0]);
+    std::vector<std::string> args = {kTrainyard,
+                                     "local",
+                                     spec,
+                                     "--workers",
+                                     "2",
+                                     "-o",
+                                     "json",
+                                     "--state-dir",
+                                     dir.File("state-" + sets[0]),
+                                     "--set",
+                                     "checkpoint.dir=" + dir.File("runs-" + sets[0])};
+    for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+    testing::ProcessResult r = testing::RunProcess(args, std::chrono::minutes(3));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    StatusOr<Json> job = Json::Parse(r.out);
+    ASSERT_TRUE(job.ok()) << r.out;
+    EXPECT_EQ(job->Find("state")->string_value(), "SUCCEEDED");
+    EXPECT_EQ(job->Find("world_size")->int_value(), 2);
+    const Json& ranks = *job->Find("attempts")->items().back().Find("ranks");
+    ASSERT_EQ(ranks.size(), 2u);
+    EXPECT_NE(ranks[0].Find("worker")->string_value(), ranks[1].Find("worker")->string_value());
+    EXPECT_NEAR(job->Find("last_eval")->Find("loss")->number_value(), want_loss, 1e-5 * want_loss);
+  }
 }
 
 TEST(ServiceTest, MetricsReachWatchJobAndEveryMetricsEndpoint) {

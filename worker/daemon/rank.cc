@@ -166,7 +166,8 @@ StatusOr<spec::JobSpec> ReadSpec(const std::string& path) {
   return spec::ParseJobSpec(json);
 }
 
-StatusOr<std::shared_ptr<dist::ProcessGroup>> Join(const Place& p, const spec::JobSpec& spec) {
+StatusOr<std::shared_ptr<dist::ProcessGroup>> Join(const Place& p, const spec::JobSpec& spec,
+                                                   dist::PipelineGroups* pipeline = nullptr) {
   rpc::ChannelOptions co;
   co.tls = {Env(ranks::kCaEnv), Env(ranks::kCertEnv), Env(ranks::kKeyEnv)};
   co.plaintext_remote = true;  // the daemon already applied the policy to this address
@@ -174,7 +175,7 @@ StatusOr<std::shared_ptr<dist::ProcessGroup>> Join(const Place& p, const spec::J
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, rpc::MakeChannel(p.coordinator, co));
   std::shared_ptr<dist::Store> store =
       NewGrpcStore(channel, {p.job_id, p.attempt, p.secret}, Env(ranks::kTokenEnv));
-  return ranks::JoinGroup(spec, std::move(store), p.rank, p.world_size, p.host);
+  return ranks::JoinGroup(spec, std::move(store), p.rank, p.world_size, p.host, pipeline);
 }
 
 // Errors of the job itself, which the same spec on the same data would hit again.
@@ -251,13 +252,15 @@ StatusOr<trainer::TrainerOptions::NextGroup> Regroup(RankGroup& current, const P
 }
 
 // The rank's first group, then in `current` (none for a one-rank job that is not elastic).
-Status JoinFirst(RankGroup& current, const Place& place, const spec::JobSpec& spec, bool elastic) {
+// `pipeline`: this rank's pipeline groups, for a pipeline-parallel job (never elastic).
+Status JoinFirst(RankGroup& current, const Place& place, const spec::JobSpec& spec, bool elastic,
+                 dist::PipelineGroups* pipeline) {
   if (elastic) {
     // A regroup may supersede the first group while it forms: JoinFrom follows it.
     return JoinFrom(current, place, spec, current.place()).status();
   }
   if (place.world_size == 1) return OkStatus();
-  StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = Join(place, spec);
+  StatusOr<std::shared_ptr<dist::ProcessGroup>> joined = Join(place, spec, pipeline);
   if (!joined.ok()) {
     return Status(joined.status().code(),
                   "rank " + std::to_string(place.rank) +
@@ -302,7 +305,8 @@ int RunRank() {
     if (progress_thread.joinable()) progress_thread.join();
     return code;
   };
-  const Status joined = JoinFirst(current, *place, *spec, elastic);
+  dist::PipelineGroups pipeline;
+  const Status joined = JoinFirst(current, *place, *spec, elastic, &pipeline);
   if (!joined.ok()) return finish(Fail(std::string(joined.message()), 1));
   // Flight records carry the phase (flight_report.h), in every group the rank joins.
   if (current.group()) RecordPhases(*current.group(), progress);
@@ -310,6 +314,7 @@ int RunRank() {
   trainer::TrainerOptions options;
   options.stop = &g_stop;
   options.process_group = current.group();  // null: one rank, no group
+  options.pipeline = std::move(pipeline);
   options.progress = &progress;
   options.run_uid = Env(ranks::kJobUidEnv);
   options.job = Env(ranks::kJobEnv);

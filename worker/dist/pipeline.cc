@@ -51,7 +51,7 @@ class StageStep {
 
 void StageStep::PostReceive(int m) {
   if (first() || m >= m_ || received_[m]) return;
-  inputs_[m] = Empty(o_.activation_shape, o_.activation_options);
+  inputs_[m] = Empty(o_.activation_shape(m), o_.activation_options);
   received_[m] = Transfer(*o_.prev, inputs_[m], /*send=*/false);
 }
 
@@ -65,14 +65,15 @@ Status StageStep::Forward(int m) {
   }
   const auto start = SteadyClock::now();
   StatusOr<Tensor> out = c_.forward(m, input);
-  stats.compute_seconds += SecondsSince(start);
+  stats.forward_seconds += SecondsSince(start);
   RETURN_IF_ERROR(out.status());
   outputs_[m] = *out;
   if (!last()) {
-    if (out->shape() != o_.activation_shape || out->dtype() != o_.activation_options.dtype) {
-      return InvalidArgumentError("pipeline: stage " + std::to_string(o_.stage) +
-                                  " made an activation shaped " + out->shape().ToString() +
-                                  " where the stages exchange " + o_.activation_shape.ToString());
+    if (out->shape() != o_.activation_shape(m) || out->dtype() != o_.activation_options.dtype) {
+      return InvalidArgumentError(
+          "pipeline: stage " + std::to_string(o_.stage) + " made an activation " +
+          out->shape().ToString() + " " + DTypeName(out->dtype()) + " where the stages exchange " +
+          o_.activation_shape(m).ToString() + " " + DTypeName(o_.activation_options.dtype));
     }
     Tensor sent = ConvertTo(out->detach(), out->dtype(), /*force_copy=*/true);
     sent_.push_back({o_.next.get(), Transfer(*o_.next, sent, /*send=*/true), sent});
@@ -83,7 +84,7 @@ Status StageStep::Forward(int m) {
 Status StageStep::Backward(int m) {
   Tensor grad;
   if (!last()) {
-    grad = Empty(o_.activation_shape, o_.activation_options);
+    grad = Empty(o_.activation_shape(m), o_.activation_options);
     std::shared_ptr<Work> w = Transfer(*o_.next, grad, /*send=*/false);
     RETURN_IF_ERROR(WaitFor(*o_.next, *w));
   }
@@ -92,7 +93,7 @@ Status StageStep::Backward(int m) {
   Status s =
       grad.defined() ? autograd::Backward(outputs_[m], grad) : autograd::Backward(outputs_[m]);
   if (s.ok() && c_.after_backward) s = c_.after_backward(m);
-  stats.compute_seconds += SecondsSince(start);
+  stats.backward_seconds += SecondsSince(start);
   RETURN_IF_ERROR(s);
   outputs_[m] = Tensor();
   if (first()) return OkStatus();
@@ -100,7 +101,7 @@ Status StageStep::Backward(int m) {
   const int w = o_.one_f_one_b ? std::min(o_.stages - 1 - o_.stage, m_) : m_;
   PostReceive(w + m + 1);
   Tensor g = inputs_[m].grad();
-  if (!g.defined()) g = Zeros(o_.activation_shape, o_.activation_options);
+  if (!g.defined()) g = Zeros(o_.activation_shape(m), o_.activation_options);
   sent_.push_back({o_.prev.get(), Transfer(*o_.prev, g, /*send=*/true), g});
   inputs_[m] = Tensor();
   return OkStatus();
@@ -122,6 +123,7 @@ Status StageStep::Run() {
     if (s.ok()) s = done;
   }
   stats.wall_seconds = SecondsSince(start);
+  stats.compute_seconds = stats.forward_seconds + stats.backward_seconds;
   return s;
 }
 
@@ -140,7 +142,9 @@ StatusOr<PipelineStats> RunPipelineStep(const PipelineOptions& options, int micr
     return InvalidArgumentError("pipeline: stage " + std::to_string(options.stage) +
                                 " needs a group of two with each neighbour");
   }
-  if (!callbacks.forward) return InvalidArgumentError("pipeline: no forward");
+  if (!callbacks.forward || !options.activation_shape) {
+    return InvalidArgumentError("pipeline: no forward or no activation shape");
+  }
   StageStep step(options, micro_batches, callbacks);
   RETURN_IF_ERROR(step.Run());
   return step.stats;

@@ -29,13 +29,30 @@
 
 namespace trainyard::dist {
 
+// A rank's groups in a pipeline of P stages by D data-parallel replicas (world size P x D):
+// rank s x D + d is stage s of replica d.
+struct PipelineGroups {
+  int stage = 0, stages = 1;      // s, P
+  int replica = 0, replicas = 1;  // d, D
+  // The D ranks of stage s (null when D = 1): their gradients are averaged.
+  std::shared_ptr<ProcessGroup> data;
+  // With stage s-1 and with stage s+1 of replica d (null at the ends): activations and their
+  // gradients.
+  std::shared_ptr<ProcessGroup> prev, next;
+  // Stage 0 and P-1 of replica d, which both hold the tied embedding (the pair itself when
+  // P = 2; null on the stages between).
+  std::shared_ptr<ProcessGroup> tied;
+  bool enabled() const { return stages > 1; }
+};
+
 struct PipelineOptions {
   int stage = 0;   // s
   int stages = 1;  // P
   // Groups of two: with stage s-1 and with stage s+1 (null at the ends). Any rank order.
   std::shared_ptr<ProcessGroup> prev, next;
-  // What travels between stages: every activation and its gradient has this shape and dtype.
-  Shape activation_shape;
+  // What travels between stages: micro-batch m's activation and its gradient have the shape
+  // activation_shape(m) and these options.
+  std::function<Shape(int m)> activation_shape;
   TensorOptions activation_options;
   bool one_f_one_b = true;  // false: GPipe
 };
@@ -51,8 +68,10 @@ struct PipelineCallbacks {
 };
 
 struct PipelineStats {
-  double compute_seconds = 0;  // in forward and backward (and the callbacks)
-  double wall_seconds = 0;     // the whole step: compute, and waiting for neighbours
+  double forward_seconds = 0;   // in the forward callbacks
+  double backward_seconds = 0;  // in backward and its callbacks
+  double compute_seconds = 0;   // the two together
+  double wall_seconds = 0;      // the whole step: compute, and waiting for neighbours
   // The fraction of the step this stage waited: 1 - compute / wall.
   double bubble() const { return wall_seconds > 0 ? 1 - compute_seconds / wall_seconds : 0; }
 };

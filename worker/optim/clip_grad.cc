@@ -39,6 +39,16 @@ Status ValidateClipGradNorm(double max_norm, double norm_type) {
   return internal::CheckPositive("clip_grad_norm", "norm_type", norm_type);
 }
 
+Tensor GradSquaredSum(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return Scalar(0.0, Options(DType::kFloat64));
+  NoGradGuard no_grad;
+  return Accumulate(grads, 2);
+}
+
 Tensor ClipGradNorm(const std::vector<Tensor>& params, double max_norm, double norm_type) {
   const Status valid = ValidateClipGradNorm(max_norm, norm_type);
   TY_CHECK(valid.ok()) << valid.message();

@@ -19,6 +19,11 @@ namespace trainyard::optim {
 // device. Preconditions (TY_CHECK): ValidateClipGradNorm(max_norm, norm_type) is OK.
 Tensor ClipGradNorm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
+// The sum of squares of every defined gradient of `params`, as ClipGradNorm's total with
+// norm_type 2 before its square root (a scalar on their device; 0 on the CPU when none): for a
+// norm over gradients that live in several processes (pipeline stages), summed across them.
+Tensor GradSquaredSum(const std::vector<Tensor>& params);
+
 // InvalidArgument unless max_norm is finite and >= 0 and norm_type is finite and > 0 or
 // +infinity. For job-spec settings, before training starts.
 Status ValidateClipGradNorm(double max_norm, double norm_type);

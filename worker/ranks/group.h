@@ -6,6 +6,7 @@
 
 #include "common/spec/job_spec.h"
 #include "common/status.h"
+#include "worker/dist/pipeline.h"
 #include "worker/dist/process_group.h"
 #include "worker/dist/store.h"
 
@@ -19,10 +20,15 @@ namespace trainyard::ranks {
 // address Gloo listens on (empty: ProcessGroupOptions' default).
 dist::ProcessGroupOptions GroupOptionsFor(const spec::JobSpec& spec, const std::string& hostname);
 
-// Joins the group of spec's resolved backend (spec::ResolvedBackend) through `store`.
+// Joins the group of spec's resolved backend (spec::ResolvedBackend) through `store`. With
+// parallelism.pipeline_stages > 1 and a `pipeline`, then joins this rank's pipeline groups
+// (dist::PipelineGroups) into it, each through its own prefix of `store`, in an order every
+// rank shares: its stage's data group, the pair with the previous stage, with the next, and
+// the tied pair of the first and last stages.
 StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const spec::JobSpec& spec,
                                                         std::shared_ptr<dist::Store> store,
                                                         int rank, int world_size,
-                                                        const std::string& hostname);
+                                                        const std::string& hostname,
+                                                        dist::PipelineGroups* pipeline = nullptr);
 
 }  // namespace trainyard::ranks

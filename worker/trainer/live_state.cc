@@ -96,17 +96,23 @@ StatusOr<NamedTensorList> UnpackTensors(const std::string& bytes) {
   return tensors;
 }
 
-Status BroadcastTensors(dist::ProcessGroup& group, int root, NamedTensorList* tensors) {
+Status BroadcastTensors(dist::ProcessGroup& group, int root, NamedTensorList* tensors, Device via) {
+  // One broadcast of `host` (CPU), through `via`.
+  auto broadcast = [&](const Tensor& host) -> Status {
+    const Tensor t = via.is_cpu() ? host : CopyToDevice(host, via);
+    auto work = group.Broadcast(t, root);
+    RETURN_IF_ERROR(dist::WaitFor(group, *work));
+    if (!via.is_cpu()) CopyInto(host, t);
+    return OkStatus();
+  };
   std::string packed = group.rank() == root ? PackTensors(*tensors) : std::string();
   Tensor size = Zeros(Shape{1}, Options(DType::kInt64));
   size.data<int64_t>()[0] = static_cast<int64_t>(packed.size());
-  auto work = group.Broadcast(size, root);
-  RETURN_IF_ERROR(dist::WaitFor(group, *work));
+  RETURN_IF_ERROR(broadcast(size));
   const int64_t n = size.data<int64_t>()[0];
   Tensor bytes = Empty(Shape{n}, Options(DType::kUInt8));
   if (group.rank() == root) std::memcpy(bytes.raw_data(), packed.data(), packed.size());
-  work = group.Broadcast(bytes, root);
-  RETURN_IF_ERROR(dist::WaitFor(group, *work));
+  RETURN_IF_ERROR(broadcast(bytes));
   if (group.rank() == root) return OkStatus();
   ASSIGN_OR_RETURN(*tensors, UnpackTensors(std::string(static_cast<const char*>(bytes.raw_data()),
                                                        static_cast<size_t>(n))));

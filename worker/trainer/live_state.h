@@ -22,8 +22,10 @@ std::string PackTensors(const NamedTensorList& tensors);
 StatusOr<NamedTensorList> UnpackTensors(const std::string& bytes);
 
 // Every rank gets `root`'s `*tensors` (the others' are replaced): two broadcasts, the byte
-// count and the bytes. A collective: every rank of `group` calls it with the same root.
-Status BroadcastTensors(dist::ProcessGroup& group, int root, NamedTensorList* tensors);
+// count and the bytes, through a copy on `via` when that is a CUDA device (NCCL broadcasts
+// device memory only). A collective: every rank of `group` calls it with the same root.
+Status BroadcastTensors(dist::ProcessGroup& group, int root, NamedTensorList* tensors,
+                        Device via = Device());
 
 // The member of `group` whose state the others take: the one with the most steps applied
 // (`applied_step`), the lowest rank among equals. One all-reduce of one int64.

@@ -79,6 +79,7 @@ Json StepMetricsJson(const StepMetrics& m) {
                        {"allreduce_bus_bandwidth", Number(m.bus_bandwidth)},
                        {"loss_scale", Number(m.loss_scale)},
                        {"skipped", m.skipped},
+                       {"pipeline_bubble", Number(m.pipeline_bubble)},
                        {"memory_allocated_bytes", m.memory.allocated_bytes},
                        {"memory_reserved_bytes", m.memory.reserved_bytes},
                        {"memory_peak_bytes", m.memory.peak_allocated_bytes}});

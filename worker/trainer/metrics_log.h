@@ -6,7 +6,7 @@
 //    "tokens_per_second":5120.5,"data_seconds":0.001,"forward_seconds":0.004,
 //    "backward_seconds":0.006,"allreduce_wait_seconds":0,"optimizer_seconds":0.001,
 //    "allreduce_seconds":0,"allreduce_bus_bandwidth":0,"loss_scale":0,"skipped":false,
-//    "memory_allocated_bytes":81920,"memory_reserved_bytes":131072,
+//    "pipeline_bubble":0,"memory_allocated_bytes":81920,"memory_reserved_bytes":131072,
 //    "memory_peak_bytes":98304,"time":1764970000.25}
 //   {"type":"eval","step":100,"loss":0.44,"accuracy":0.84,"samples":10000,"seconds":1.2,
 //    "time":1764970003.5}

@@ -161,6 +161,16 @@ Status Trainer::BuildModel() {
   // weights; then moved, before the optimizer takes its handles.
   RETURN_IF_ERROR(model_->To(device_));
   for (const Tensor& p : model_->Parameters()) num_parameters_ += p.numel();
+  if (spec_.parallelism.pipeline_stages > 1) {
+    // Each stage updates its own parameters and clips by the whole model's norm itself.
+    ASSIGN_OR_RETURN(
+        pipe_, PipelineStage::Create(spec_, options_.pipeline, options_.process_group, *model_));
+    spec::JobSpec stage_spec = spec_;
+    stage_spec.grad_clip_norm = 0;
+    ASSIGN_OR_RETURN(update_, MakeUpdateStep(stage_spec, options_.grad_scaler, pipe_->parameters(),
+                                             /*data_parallel=*/pipe_->groups().data != nullptr));
+    return OkStatus();
+  }
   ASSIGN_OR_RETURN(update_, MakeUpdateStep(spec_, options_.grad_scaler, *model_,
                                            /*data_parallel=*/options_.process_group != nullptr));
   return OkStatus();
@@ -242,8 +252,8 @@ Status Trainer::MakeLoaders() {
   const int64_t n = data_.train->size();
   const int64_t batch = spec_.batch_size;
   std::shared_ptr<const data::Sampler> sampler;
-  if (world_size_ > 1) {
-    ASSIGN_OR_RETURN(sampler, data::DistributedSampler::Create(n, rank_, world_size_,
+  if (DataWorld() > 1) {
+    ASSIGN_OR_RETURN(sampler, data::DistributedSampler::Create(n, DataRank(), DataWorld(),
                                                                spec_.data.shuffle, spec_.seed));
   } else if (spec_.data.shuffle) {
     sampler = std::make_shared<data::RandomSampler>(n, spec_.seed);
@@ -260,8 +270,8 @@ Status Trainer::MakeLoaders() {
     return InvalidArgumentError(
         "batch_size = " + std::to_string(batch) + " x parallelism.grad_accumulation_steps = " +
         std::to_string(spec_.parallelism.grad_accumulation_steps) + ": more than the " +
-        std::to_string(shard) + " training samples each of the " + std::to_string(world_size_) +
-        " rank(s) has per epoch");
+        std::to_string(shard) + " training samples each of the " + std::to_string(DataWorld()) +
+        " data-parallel rank(s) has per epoch");
   }
   total_steps_ = spec_.steps > 0 ? spec_.steps : spec_.epochs * steps_per_epoch_;
   train_loader_ = std::make_unique<data::DataLoader>(data_.train, sampler, LoaderOptions());
@@ -301,7 +311,16 @@ Status Trainer::StartDataParallel() {
   if (world_size_ > 1) {
     gen_.SetState(gen_.seed() + kRankSeedStride * static_cast<uint64_t>(rank_), gen_.offset());
   }
-  if (options_.process_group) {
+  if (pipe_) {
+    // Every stage's copy of the model starts as rank 0's; a stage's replicas average its
+    // gradients (Note [Pipeline stages]).
+    RETURN_IF_ERROR(BroadcastWeightsFromRank0(*options_.process_group, *model_));
+    if (pipe_->groups().data) {
+      spec::ParallelismSpec stage = spec_.parallelism;
+      stage.world_size = pipe_->groups().replicas;
+      ASSIGN_OR_RETURN(dp_, DataParallel::Create(pipe_->groups().data, stage, pipe_->parameters()));
+    }
+  } else if (options_.process_group) {
     RETURN_IF_ERROR(BroadcastWeightsFromRank0(*options_.process_group, *model_));
     ASSIGN_OR_RETURN(dp_, DataParallel::Create(options_.process_group, spec_.parallelism, *model_));
     RETURN_IF_ERROR(dp_->CheckSameStep(step_));
@@ -312,14 +331,18 @@ Status Trainer::StartDataParallel() {
 int64_t Trainer::optimizer_state_bytes() const { return update_->state_bytes(); }
 
 int64_t Trainer::weight_bytes() const {
-  if (dp_) return dp_->weight_bytes();
+  if (dp_ && !pipe_) return dp_->weight_bytes();  // a pipeline stage holds the whole model
   int64_t bytes = 0;
   for (const Tensor& p : model_->Parameters()) bytes += dist::BytesOf(p);
   return bytes;
 }
 
 int64_t Trainer::gradient_bytes() const {
-  return dp_ ? dp_->reducer().peak_gradient_bytes() : weight_bytes();
+  if (dp_) return dp_->reducer().peak_gradient_bytes();
+  if (!pipe_) return weight_bytes();
+  int64_t bytes = 0;  // the stage's own gradients
+  for (const Tensor& p : pipe_->parameters().Parameters()) bytes += dist::BytesOf(p);
+  return bytes;
 }
 
 Tensor Trainer::ForwardLoss(const Tensor& input, const Tensor& target) const {

@@ -86,6 +86,7 @@
 #include "worker/trainer/data_parallel.h"
 #include "worker/trainer/job_data.h"
 #include "worker/trainer/metrics_log.h"
+#include "worker/trainer/pipeline_stage.h"
 #include "worker/trainer/update_step.h"
 
 namespace trainyard::trainer {
@@ -120,6 +121,9 @@ struct StepMetrics {
   // weights and the optimizer state did not change; the scale was lowered).
   double loss_scale = 0;
   bool skipped = false;
+  // Pipeline parallelism: the fraction of the step's pipeline this rank's stage spent waiting
+  // for its neighbours (dist::PipelineStats::bubble); 0 otherwise.
+  double pipeline_bubble = 0;
   // Tensor memory on the training device (the CPU's is the process's) after the step; its peak
   // is the most since the previous step's report, so the evaluation or checkpoint that ran
   // between two steps counts in the later one.
@@ -205,6 +209,9 @@ struct TrainerOptions {
   // This process's group when it is one rank of spec.parallelism.world_size (null: one
   // process). Rank 0 writes checkpoints and evaluates; every rank reads its data shard.
   std::shared_ptr<dist::ProcessGroup> process_group;
+  // With spec.parallelism.pipeline_stages > 1, this rank's pipeline groups (ranks::JoinGroup
+  // makes them; Note [Pipeline stages] in pipeline_stage.h).
+  dist::PipelineGroups pipeline;
   // Updated at every phase change when set; must outlive the trainer.
   Progress* progress = nullptr;
   // The loss scaler of precision fp16 (PyTorch's defaults); Create rejects bad values.
@@ -331,6 +338,14 @@ class Trainer {
   // The next micro-batch on device_, starting the next epoch when this one is over; counts its
   // samples, epoch and wait into *m.
   StatusOr<data::Batch> NextBatch(StepMetrics* m);
+  // ForwardBackward through this rank's pipeline stage (trainer_pipeline.cc): the step's
+  // micro-batches by the spec's schedule; *loss_sum is their summed loss on the last stage,
+  // 0 on the others.
+  Status PipelineForwardBackward(StepMetrics* m, Tensor* loss_sum);
+  // The data-parallel replicas that read different data, and this rank's: with a pipeline,
+  // every stage of a replica reads the same (Note [Pipeline stages]); else the ranks.
+  int DataWorld() const { return pipe_ ? pipe_->groups().replicas : world_size_; }
+  int DataRank() const { return pipe_ ? pipe_->groups().replica : rank_; }
   // Forward and backward of one micro-batch; `last` is the step's last (its backward
   // synchronises the gradients across ranks).
   Status MicroBatch(const data::Batch& batch, bool last, Tensor* loss_sum);
@@ -383,6 +398,9 @@ class Trainer {
   JobData data_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<DataParallel> dp_;  // null in a one-process run
+  // This rank's pipeline stage (spec.parallelism.pipeline_stages > 1); dp_ is then its stage's
+  // data-parallel group (null with one replica).
+  std::unique_ptr<PipelineStage> pipe_;
   // The optimizer step of the spec's mode (plain, fp16 or ZeRO); after dp_, whose reducer
   // ZeRO's refers to.
   std::unique_ptr<UpdateStep> update_;

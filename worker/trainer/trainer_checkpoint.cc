@@ -120,7 +120,7 @@ Status Trainer::ResumeFrom(const std::string& path) {
   // An elastic run's position follows from the step (JoinElasticGroup sets it).
   if (!elastic_) {
     RETURN_IF_ERROR(
-        train_loader_->Reset(state->epoch, std::min(state->position / world_size_, shard_size_)));
+        train_loader_->Reset(state->epoch, std::min(state->position / DataWorld(), shard_size_)));
   }
   state->default_generator.ApplyTo(&DefaultGenerator());
   auto it = state->generators.find(kModelGenerator);
@@ -145,6 +145,7 @@ Status Trainer::ResumeFrom(const std::string& path) {
 
 Status Trainer::RestoreOptimizerState(const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> state, LoadOptimizerState(path));
+  if (pipe_) state = pipe_->OwnOptimizerState(std::move(state));  // this stage's part
   // Each mode takes the scaler's entries when it has a scaler and leaves them aside otherwise
   // (update_step.h); ZeRO loads its shard once StartDataParallel has built it.
   return update_->LoadStateDict(std::move(state), path);
@@ -155,13 +156,17 @@ Status Trainer::SaveCheckpoint() {
   // ZeRO-3's weights, like a ZeRO optimizer's state, are gathered from every rank, a unit at a
   // time, into rank 0's copy; then rank 0 alone writes.
   nn::NamedTensors weights;
+  if (pipe_) RETURN_IF_ERROR(pipe_->SyncWeights(step_));  // rank 0's copy of every stage
   if (dp_ && dp_->sharded()) {
     ASSIGN_OR_RETURN(weights, dp_->GatheredCopy(UniqueStateDict(*model_), rank_ == 0));
   } else if (rank_ == 0) {
     weights = UniqueStateDict(*model_);
   }
   ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> optimizer_state,
-                   update_->StateDict(/*writer=*/rank_ == 0));
+                   update_->StateDict(/*writer=*/rank_ == 0 || pipe_));
+  if (pipe_) {
+    ASSIGN_OR_RETURN(optimizer_state, pipe_->GatherOptimizerState(std::move(optimizer_state)));
+  }
   saved_step_ = step_;
   if (rank_ != 0) return OkStatus();
   const CheckpointState state = checkpoints_->Stamped(StateToSave());
@@ -190,7 +195,7 @@ CheckpointState Trainer::StateToSave() const {
   CheckpointState state;
   state.step = step_;
   state.epoch = static_cast<int64_t>(train_loader_->epoch());
-  state.position = train_loader_->position() * world_size_;
+  state.position = train_loader_->position() * DataWorld();
   if (elastic_) {  // samples of the epoch's steps done (Note [Elastic shards])
     state.epoch = step_ / steps_per_epoch_;
     state.position = (step_ % steps_per_epoch_) * StepMicroBatches() * spec_.batch_size;

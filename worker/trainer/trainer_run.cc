@@ -49,6 +49,7 @@ struct Trainer::RunTally {
 };
 
 StatusOr<std::optional<EvalMetrics>> Trainer::EvaluateOnRank0() {
+  if (pipe_) RETURN_IF_ERROR(pipe_->SyncWeights(step_));  // rank 0's copy of every stage
   if (!eval_loader_) return std::optional<EvalMetrics>();
   StatusOr<EvalMetrics> m = Evaluate();
   if (dp_) RETURN_IF_ERROR(dp_->TakeGatherError());
@@ -176,6 +177,7 @@ Status Trainer::TrainStep(StepMetrics* m, std::optional<bool>* agreed_stop) {
 }
 
 Status Trainer::ForwardBackward(StepMetrics* m, Tensor* loss_sum) {
+  if (pipe_) return PipelineForwardBackward(m, loss_sum);
   const int64_t micro_batches = RankMicroBatches();
   for (int64_t micro = 1; micro <= micro_batches; ++micro) {
     ASSIGN_OR_RETURN(const data::Batch batch, NextBatch(m));
@@ -205,7 +207,7 @@ StatusOr<data::Batch> Trainer::NextBatch(StepMetrics* m) {
     data::Batch batch = OnDevice(**next);
     m->epoch = static_cast<int64_t>(train_loader_->epoch());
     // Elastic: ForwardBackward counts the step's samples.
-    m->samples += batch.input.size(0) * world_size_;
+    m->samples += batch.input.size(0) * DataWorld();
     m->data_seconds += SecondsSince(start);
     return batch;
   }
@@ -251,9 +253,14 @@ bool Trainer::StopRequested() const { return options_.stop != nullptr && options
 Status Trainer::OptimizerStep(StepMetrics* m, Tensor* grad_norm) {
   SetPhase(Phase::kOptimizer);
   const int start = timer_->Mark();
+  double pipeline_norm = std::nan("");
+  if (pipe_) {  // Note [Pipeline stages]: the tied embedding's sum, the whole model's norm
+    RETURN_IF_ERROR(pipe_->SumTiedGradients());
+    ASSIGN_OR_RETURN(pipeline_norm, pipe_->ClipGradients(spec_.grad_clip_norm));
+  }
   ASSIGN_OR_RETURN(UpdateReport update, update_->Apply());
   applied_step_ = step_ + 1;  // Note [Elastic training]: this rank's weights are past step_
-  m->grad_norm = update.grad_norm;
+  m->grad_norm = pipe_ ? pipeline_norm : update.grad_norm;
   m->loss_scale = update.loss_scale;
   m->skipped = update.skipped;
   *grad_norm = std::move(update.device_grad_norm);
@@ -264,6 +271,12 @@ Status Trainer::OptimizerStep(StepMetrics* m, Tensor* grad_norm) {
 StatusOr<std::optional<bool>> Trainer::AgreeOnStep(StepMetrics* m) {
   // Ranks must stop at the same step: with data parallelism the request counts once every
   // rank has seen it through the step's agreement.
+  if (pipe_) {
+    SetPhase(Phase::kAllReduceWait);
+    ASSIGN_OR_RETURN(PipelineStage::Agreement agreed, pipe_->AgreeOnStep(m->loss, StopRequested()));
+    m->loss = agreed.loss;
+    return std::optional<bool>(agreed.stop);
+  }
   if (!dp_) return std::optional<bool>();
   SetPhase(Phase::kAllReduceWait);
   const bool regroup = options_.regroup_requested != nullptr && options_.regroup_requested->load();
@@ -308,8 +321,10 @@ StatusOr<TrainSummary> Trainer::Finish(RunTally* tally) {
   }
   // An asynchronous checkpoint's write overlaps the evaluation; Run returns once it commits.
   RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
-  // ZeRO-3: the model is whole again for whoever reads it after Run.
+  // ZeRO-3: the model is whole again for whoever reads it after Run; so is every pipeline
+  // stage's copy.
   if (dp_) RETURN_IF_ERROR(dp_->Unshard());
+  if (pipe_) RETURN_IF_ERROR(pipe_->SyncWeights(step_));
   SetPhase(Phase::kDone);
   summary.steps = step_;
   summary.world_size = world_size_;

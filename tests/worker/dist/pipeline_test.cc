@@ -88,7 +88,7 @@ void ExpectPipelineMatchesOneProcess(int stages, bool one_f_one_b) {
     options.stages = stages;
     options.prev = prev;
     options.next = next;
-    options.activation_shape = Shape{3, 4};
+    options.activation_shape = [](int) { return Shape{3, 4}; };
     options.one_f_one_b = one_f_one_b;
     int backwards = 0;
     for (int step = 0; step < 2; ++step) {
