@@ -16,6 +16,7 @@ namespace trainyard::dist::internal {
 // Gloo uses slot prefixes 0x01..0x08 for its collectives; ours stay clear of them.
 inline constexpr uint8_t kReduceScatterSlotPrefix = 0x20;
 inline constexpr uint8_t kExchangeSlotPrefix = 0x21;
+inline constexpr uint8_t kPointToPointSlotPrefix = 0x22;
 
 // A new T(args...) that lives as long as `keep` (Note [Parking a failed op] in
 // gloo_process_group.cc).

@@ -65,6 +65,7 @@ using internal::Contains;
 using internal::DivideBy;
 using internal::Keep;
 using internal::kExchangeSlotPrefix;
+using internal::kPointToPointSlotPrefix;
 using internal::Mod;
 using internal::ReduceFn;
 using internal::ShmFailure;
@@ -482,6 +483,42 @@ std::shared_ptr<Work> GlooProcessGroup::Barrier() {
     opts->setTag(tag);
     opts->setTimeout(options_.timeout);
     gloo::barrier(*opts);
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::Send(Tensor t, int peer) {
+  return PointToPoint("send", std::move(t), peer, /*sending=*/true);
+}
+
+std::shared_ptr<Work> GlooProcessGroup::Recv(Tensor t, int peer) {
+  return PointToPoint("recv", std::move(t), peer, /*sending=*/false);
+}
+
+std::shared_ptr<Work> GlooProcessGroup::PointToPoint(const char* what, Tensor t, int peer,
+                                                     bool sending) {
+  Status error = CheckTensor(what, t);
+  if (error.ok()) error = CheckPeer(what, peer);
+  const std::string detail =
+      Describe(t) + (sending ? ", to rank " : ", from rank ") + std::to_string(peer);
+  const int64_t bytes = error.ok() ? t.numel() * static_cast<int64_t>(ElementSize(t.dtype())) : 0;
+  const Peers peers = sending ? Peers{-1, peer} : Peers{peer, -1};
+  return Enqueue(what, detail, SizeOf(t, bytes), peers, error, [=](uint32_t tag, KeepAlive& keep) {
+    if (bytes == 0) return;
+    if (OneHost()) {  // a pair's broadcast is a send
+      ThrowIfFailed(
+          shm_->Broadcast(t.raw_data(), static_cast<size_t>(bytes), sending ? rank() : peer));
+    } else {
+      auto* buffer = KeepBuffer(keep, t.raw_data(), static_cast<size_t>(bytes));
+      const uint64_t slot = gloo::Slot::build(kPointToPointSlotPrefix, tag);
+      if (sending) {
+        buffer->send(peer, slot);
+        if (!buffer->waitSend(options_.timeout)) throw gloo::IoException("send operation aborted");
+      } else {
+        buffer->recv(peer, slot);
+        if (!buffer->waitRecv(options_.timeout)) throw gloo::IoException("recv operation aborted");
+      }
+    }
+    if (!sending) t.BumpVersion();
   });
 }
 

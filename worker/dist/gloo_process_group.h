@@ -8,9 +8,10 @@
 // Algorithms (Note [Gloo algorithms] in the .cc): all-reduce is Gloo's pipelined ring (a
 // whole-tensor exchange for two ranks and small tensors);
 // reduce-scatter is our own ring over Gloo's point-to-point buffers; broadcast, all-gather and
-// barrier are Gloo's. Failures follow process_group.h: DeadlineExceeded or Unavailable naming
-// the op and, when it can be known, the peer rank; after that every op is Aborted, and the
-// group closes its connections so that peers blocked on it fail at once.
+// barrier are Gloo's; send and recv are one unbound buffer's send and receive. Failures follow
+// process_group.h: DeadlineExceeded or Unavailable naming the op and, when it can be known, the
+// peer rank; after that every op is Aborted, and the group closes its connections so that peers
+// blocked on it fail at once.
 //
 // Shared memory: with algorithm "auto", a group whose ranks all run on one host (HostKey) runs
 // every collective through a shared-memory segment instead (ShmComm, shm_comm.h); transport()
@@ -75,6 +76,8 @@ class GlooProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> AllGather(Tensor out, Tensor in) override;
   std::shared_ptr<Work> ReduceScatter(Tensor out, Tensor in, ReduceOp op = ReduceOp::kSum) override;
   std::shared_ptr<Work> Barrier() override;
+  std::shared_ptr<Work> Send(Tensor t, int peer) override;
+  std::shared_ptr<Work> Recv(Tensor t, int peer) override;
   void Abort(const Status& why) override;
 
   // What an op's buffers and scratch need to outlive (Note [Parking a failed op] in the .cc).
@@ -113,6 +116,8 @@ class GlooProcessGroup final : public ProcessGroup {
   // The peer whose address appears in Gloo's message (Note [Naming the peer]), or -1.
   int RankInMessage(const std::string& text) const;
 
+  // Send (`sending`) or Recv of `t` with `peer`.
+  std::shared_ptr<Work> PointToPoint(const char* what, Tensor t, int peer, bool sending);
   // An unbound buffer over ptr[0, bytes) that lives as long as `keep`.
   gloo::transport::UnboundBuffer* KeepBuffer(KeepAlive& keep, void* ptr, size_t bytes);
   // All-reduce of a group of two by exchanging whole tensors (Note [Gloo algorithms]).

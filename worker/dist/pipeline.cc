@@ -30,7 +30,8 @@ class StageStep {
   bool last() const { return o_.stage == o_.stages - 1; }
   // A transfer over a pair group: `send` from this rank, else from the other.
   std::shared_ptr<Work> Transfer(ProcessGroup& pair, const Tensor& t, bool send) {
-    return pair.Broadcast(t, send ? pair.rank() : 1 - pair.rank());
+    const int peer = 1 - pair.rank();
+    return send ? pair.Send(t, peer) : pair.Recv(t, peer);
   }
   void PostReceive(int m);  // of micro-batch m's activation, once
   Status Forward(int m);

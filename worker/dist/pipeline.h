@@ -5,7 +5,8 @@
 // the last stage's forward ends in the micro-batch's loss. Backward m takes the gradient of
 // that output from the next stage (the last stage starts from its loss) and sends the gradient
 // of its input back. Neighbours exchange over a group of the two of them (`prev`, `next`), each
-// transfer a broadcast from its sender, so both must issue the pair's transfers in one order:
+// transfer a Send on one side and a Recv on the other (ProcessGroup's point-to-point ops), so
+// both must issue the pair's transfers in one order:
 //
 // Note [Pipeline schedules]
 //   GPipe  every forward (0..M-1), then every backward (0..M-1). On the pair (s, s+1): act 0 to

@@ -144,6 +144,34 @@ Status WaitFor(const ProcessGroup& group, Work& work) {
   return work.Wait(timeout + timeout / 4 + std::chrono::seconds(1));
 }
 
+Status ProcessGroup::CheckPeer(const char* op, int peer) const {
+  if (size() == 2 && peer == 1 - rank()) return OkStatus();
+  return InvalidArgumentError(std::string(op) + ": peer " + std::to_string(peer) + " of rank " +
+                              std::to_string(rank()) + " in a group of " + std::to_string(size()) +
+                              "; point-to-point ops take a group of two and its other rank");
+}
+
+namespace {
+
+// A broadcast rooted at the sender, or a Work failed at once with `error`.
+std::shared_ptr<Work> PairBroadcast(ProcessGroup& group, const Tensor& t, int root,
+                                    const Status& error, const char* op) {
+  if (error.ok()) return group.Broadcast(t, root);
+  auto failed = std::make_shared<Work>(std::string(op));
+  failed->Finish(error);
+  return failed;
+}
+
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::Send(Tensor t, int peer) {
+  return PairBroadcast(*this, t, rank(), CheckPeer("send", peer), "send");
+}
+
+std::shared_ptr<Work> ProcessGroup::Recv(Tensor t, int peer) {
+  return PairBroadcast(*this, t, peer, CheckPeer("recv", peer), "recv");
+}
+
 Status AllReduceHost(ProcessGroup& group, const Tensor& host, ReduceOp op, Device device) {
   TY_CHECK(host.device().is_cpu() && host.is_contiguous())
       << "AllReduceHost takes a contiguous CPU tensor";

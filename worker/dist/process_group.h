@@ -121,6 +121,15 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> ReduceScatter(Tensor out, Tensor in,
                                               ReduceOp op = ReduceOp::kSum) = 0;
   virtual std::shared_ptr<Work> Barrier() = 0;
+  // Point to point, in a group of two: Send gives this rank's `t` to `peer` (the other rank),
+  // whose Recv of the same shape and dtype fills its `t`. Like a collective, the two ranks
+  // issue the pair at the same point of their order; the ops are named "send #12 (1024
+  // float32, to rank 1)" and "recv #12 (1024 float32, from rank 0)" and bounded by the
+  // group's timeout. InvalidArgument for a larger group or another peer. The default is a
+  // broadcast rooted at the sender (NCCL's, whose broadcast in a pair is a send); Gloo sends
+  // over the pair's connection, or through the shared segment on one host.
+  virtual std::shared_ptr<Work> Send(Tensor t, int peer);
+  virtual std::shared_ptr<Work> Recv(Tensor t, int peer);
 
   // Breaks the group on purpose (an elastic job regroups: a member is lost): the collective
   // running now and every queued or later one fail at once with Aborted naming `why`, so no
@@ -139,6 +148,10 @@ class ProcessGroup {
   const FlightRecorder& flight_recorder() const { return recorder_; }
 
  protected:
+  // OK when this group of two may send to or receive from `peer`; else InvalidArgument naming
+  // `op` ("send", "recv").
+  Status CheckPeer(const char* op, int peer) const;
+
   // For backends: call when op `seq` is queued, begins running, and finishes (ok or not); they
   // keep the progress counters and the flight recorder.
   void NoteIssued(int64_t seq, const std::string& op, CollectiveSize size) {

@@ -312,6 +312,65 @@ TEST_P(GlooTest, BroadcastCopiesTheRootsTensorToEveryRank) {
   });
 }
 
+TEST_P(GlooTest, SendAndRecvCarryATensorEachWayBetweenAPair) {
+  RunRanks(2, [](ProcessGroup& g) {
+    const int peer = 1 - g.rank();
+    for (int64_t numel : {1, 100003}) {
+      auto expect = [numel](const Tensor& t, double scale) {
+        const auto got = Values(t);
+        for (int64_t i = 0; i < numel; ++i) ASSERT_EQ(got[i], scale * (i % 50)) << i;
+      };
+      Tensor t = Make(DType::kFloat32, numel, [](int64_t i) { return i % 50; });
+      if (g.rank() == 0) {  // sends, then receives it back doubled
+        ASSERT_TRUE(WaitFor(g, *g.Send(t, peer)).ok());
+        Tensor back = Zeros({numel});
+        ASSERT_TRUE(WaitFor(g, *g.Recv(back, peer)).ok());
+        expect(back, 2);
+      } else {
+        Tensor got = Zeros({numel});
+        std::shared_ptr<Work> w = g.Recv(got, peer);
+        EXPECT_EQ(w->name(), "recv #" + std::to_string(numel == 1 ? 1 : 3) + " (" +
+                                 std::to_string(numel) + " float32, from rank 0)");
+        ASSERT_TRUE(WaitFor(g, *w).ok());
+        expect(got, 1);
+        ASSERT_TRUE(WaitFor(g, *g.Send(Make(DType::kFloat32, numel,
+                                            [](int64_t i) { return 2.0 * (i % 50); }),
+                                       peer))
+                        .ok());
+      }
+    }
+  });
+}
+
+TEST_P(GlooTest, PointToPointTakesAPairAndNamesThePeerItWaitedFor) {
+  RunRanks(3, [](ProcessGroup& g) {
+    Status st = WaitFor(g, *g.Send(Zeros({4}), (g.rank() + 1) % 3));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("point-to-point ops take a group of two"), std::string::npos) << st;
+  });
+  ProcessGroupOptions options = Options();
+  options.timeout = milliseconds(500);
+  std::promise<void> done;
+  std::shared_future<void> finished = done.get_future().share();
+  RunRanks(
+      2,
+      [&](ProcessGroup& g) {
+        if (g.rank() == 1) {  // sends nothing until rank 0 gave up
+          finished.wait();
+          return;
+        }
+        Status st = WaitFor(g, *g.Recv(Zeros({4}), 0));
+        EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;  // its own rank
+        st = WaitFor(g, *g.Recv(Zeros({4}), 1));
+        done.set_value();
+        EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+        EXPECT_NE(st.message().find("recv #1 (4 float32, from rank 1): timed out after 500ms"),
+                  std::string::npos)
+            << st;
+      },
+      options);
+}
+
 TEST_P(GlooTest, AllGatherConcatenatesInRankOrder) {
   RunRanks(3, [](ProcessGroup& g) {
     const int r = g.rank();
