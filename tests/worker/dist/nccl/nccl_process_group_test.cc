@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <functional>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "kernels/cuda/backend.h"
@@ -35,6 +36,7 @@
 #include "worker/tensor/cuda_backend.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/generator.h"
+#include "worker/tensor/safetensors.h"
 #include "worker/trainer/trainer.h"
 #ifdef TY_NCCL_EMU
 #include "tests/testing/cuda_emu/emu_backend.h"
@@ -652,6 +654,81 @@ TEST(NcclProcessGroupTest, TheTrainerTrainsDataParallelOnTheDeviceAsOnTheCpu) {
   GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
 #endif
   for (int zero_stage : {0, 2, 3}) ExpectDeviceTrainingMatchesTheCpu(zero_stage);
+}
+
+// Pipeline stages on the device: two ranks, each a stage of a two-block GPT, send activations
+// and gradients over an NCCL pair (ProcessGroup::Send and Recv), sum the tied embedding's
+// gradient over it, agree on the loss and gather the weights and optimizer state into rank
+// 0's checkpoint over the world group, and report the losses one CPU process reports.
+TEST(NcclProcessGroupTest, TheTrainerTrainsPipelineStagesOnTheDeviceAsOneCpuProcess) {
+  SKIP_WITHOUT_GPU();
+  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible";
+#if defined(TY_CUDA_LIB)
+  ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
+#elif !defined(TY_NCCL_EMU)
+  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
+#endif
+  ::trainyard::testing::TempDir dir;
+  const std::string text = dir.path() + "/corpus.txt";
+  trainer::testing::WriteGptCorpus(text);
+  auto spec = [&](const std::string& extra) {
+    return trainer::testing::ParseSpec(
+        R"({"model": {"gpt": {"context": 16, "n_layer": 2, "n_head": 2, "n_embd": 16,
+            "dropout": 0}}, "data": {"text": {"path": ")" +
+        text + R"("}}, "optimizer": {"adamw": {"lr": 0.01}}, "grad_clip_norm": 0.5,
+            "batch_size": 4, "steps": 4, "seed": 3, "eval": {"max_batches": 2})" +
+        extra + "}");
+  };
+  std::vector<double> want;
+  for (const trainer::StepMetrics& m :
+       trainer::testing::TrainToEnd(spec(R"(, "parallelism": {"grad_accumulation_steps": 3})"))) {
+    want.push_back(m.loss);
+  }
+  std::unique_ptr<TcpStoreServer> server;
+  auto store = NewStore(&server);
+  std::vector<std::vector<double>> losses(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ProcessGroupOptions o;
+      o.timeout = std::chrono::seconds(60);
+      auto world =
+          NcclProcessGroup::Create(std::make_shared<PrefixStore>("world/", store), r, 2, o);
+      ASSERT_TRUE(world.ok()) << world.status();
+      auto pair = NcclProcessGroup::Create(std::make_shared<PrefixStore>("pair/", store), r, 2, o);
+      ASSERT_TRUE(pair.ok()) << pair.status();
+      trainer::TrainerOptions options;
+      options.process_group = std::move(*world);
+      options.pipeline.stage = r;
+      options.pipeline.stages = 2;
+      (r == 0 ? options.pipeline.next : options.pipeline.prev) = std::move(*pair);
+      options.pipeline.tied = r == 0 ? options.pipeline.next : options.pipeline.prev;
+      options.on_step = [&](const trainer::StepMetrics& m) { losses[r].push_back(m.loss); };
+      auto t = trainer::Trainer::Create(
+          spec(R"(, "device": "cuda", "checkpoint": {"dir": ")" + dir.path() +
+               R"(/run"}, "parallelism": {"world_size": 2, "pipeline_stages": 2,
+                   "grad_accumulation_steps": 3})"),
+          options);
+      ASSERT_TRUE(t.ok()) << "rank " << r << ": " << t.status();
+      StatusOr<trainer::TrainSummary> result = (*t)->Run();
+      ASSERT_TRUE(result.ok()) << "rank " << r << ": " << result.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(want.size(), 4u);
+  EXPECT_EQ(losses[1], losses[0]);
+  ASSERT_EQ(losses[0].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(losses[0][i], want[i], 1e-4 * want[i]) << i + 1;
+  // Rank 0's checkpoint holds both stages' optimizer state (AdamW's moments of every block).
+  auto state = LoadSafetensors(dir.path() + "/run/step-00000004/optimizer.safetensors");
+  ASSERT_TRUE(state.ok()) << state.status();
+  std::set<std::string> keys;
+  for (const auto& [key, t] : state->tensors) keys.insert(key);
+  for (const char* key :
+       {"transformer.h.0.attn.c_attn.weight.exp_avg", "transformer.h.1.attn.c_attn.weight.exp_avg",
+        "transformer.ln_f.weight.exp_avg_sq", "transformer.wte.weight.step"}) {
+    EXPECT_EQ(keys.count(key), 1u) << key;
+  }
 }
 
 #endif  // TY_HAVE_GLOO
