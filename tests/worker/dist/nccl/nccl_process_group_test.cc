@@ -592,6 +592,20 @@ TEST(NcclProcessGroupTest, ShardedUnitsTrainOnTheDeviceAsOneCpuProcess) {
   });
 }
 
+// The trainer's cases: two ranks, and the engine's CUDA backend (libtrainyard_cuda.so, or the
+// emulated one).
+#if defined(TY_CUDA_LIB)
+#define TY_USE_CUDA_LIBRARY() ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0)
+#elif !defined(TY_NCCL_EMU)
+#define TY_USE_CUDA_LIBRARY() GTEST_SKIP() << "this build has no libtrainyard_cuda.so"
+#else
+#define TY_USE_CUDA_LIBRARY() (void)0
+#endif
+#define SKIP_WITHOUT_TWO_TRAINER_DEVICES()                                \
+  SKIP_WITHOUT_GPU();                                                     \
+  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible"; \
+  TY_USE_CUDA_LIBRARY()
+
 #ifdef TY_HAVE_GLOO  // the CPU reference runs over Gloo, which the lent GPU machines lack
 // The trainer's data parallelism on the device: World() ranks of a tiny GPT (dropout, clipping,
 // AdamW), their gradients averaged through NCCL, report the losses that the same job reports
@@ -646,13 +660,7 @@ void ExpectDeviceTrainingMatchesTheCpu(int zero_stage) {
 }
 
 TEST(NcclProcessGroupTest, TheTrainerTrainsDataParallelOnTheDeviceAsOnTheCpu) {
-  SKIP_WITHOUT_GPU();
-  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible";
-#if defined(TY_CUDA_LIB)
-  ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
-#elif !defined(TY_NCCL_EMU)
-  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
-#endif
+  SKIP_WITHOUT_TWO_TRAINER_DEVICES();
   for (int zero_stage : {0, 2, 3}) ExpectDeviceTrainingMatchesTheCpu(zero_stage);
 }
 
@@ -661,13 +669,7 @@ TEST(NcclProcessGroupTest, TheTrainerTrainsDataParallelOnTheDeviceAsOnTheCpu) {
 // gradient over it, agree on the loss and gather the weights and optimizer state into rank
 // 0's checkpoint over the world group, and report the losses one CPU process reports.
 TEST(NcclProcessGroupTest, TheTrainerTrainsPipelineStagesOnTheDeviceAsOneCpuProcess) {
-  SKIP_WITHOUT_GPU();
-  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible";
-#if defined(TY_CUDA_LIB)
-  ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
-#elif !defined(TY_NCCL_EMU)
-  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
-#endif
+  SKIP_WITHOUT_TWO_TRAINER_DEVICES();
   ::trainyard::testing::TempDir dir;
   const std::string text = dir.path() + "/corpus.txt";
   trainer::testing::WriteGptCorpus(text);
