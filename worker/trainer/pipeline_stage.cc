@@ -7,6 +7,7 @@
 #include <set>
 
 #include "worker/autograd/grad_mode.h"
+#include "worker/dist/reducer.h"
 #include "worker/ops/elementwise.h"
 #include "worker/optim/clip_grad.h"
 #include "worker/tensor/factories.h"
@@ -184,26 +185,67 @@ StatusOr<PipelineStage::Agreement> PipelineStage::AgreeOnStep(double loss, bool 
   Tensor t = Zeros(Shape{2}, Options(DType::kFloat64));
   t.data<double>()[0] = last() ? loss : 0;
   t.data<double>()[1] = stop ? 1 : 0;
-  const Device device = model_params_.front().second.device();
-  RETURN_IF_ERROR(dist::AllReduceHost(*world_, t, dist::ReduceOp::kSum, device));
+  RETURN_IF_ERROR(dist::AllReduceHost(*world_, t, dist::ReduceOp::kSum, device()));
   return Agreement{t.data<double>()[0] / groups_.replicas, t.data<double>()[1] > 0};
 }
 
-Status PipelineStage::SyncWeights(int64_t step) {
-  if (synced_step_ == step) return OkStatus();
-  autograd::NoGradGuard no_grad;
+bool PipelineStage::Owns(const std::string& name) const {
+  return StageOf(name) == groups_.stage || (name == tied_ && last());
+}
+
+Device PipelineStage::device() const { return parameters_->Parameters().front().device(); }
+
+void PipelineStage::Release() {
+  if (!whole_) return;
   for (const auto& [name, t] : model_params_) {
-    const int root = StageOf(name) * groups_.replicas;
-    auto work = world_->Broadcast(t, root);
-    RETURN_IF_ERROR(dist::WaitFor(*world_, *work));
+    if (Owns(name)) continue;
+    if (!empty_) empty_ = std::make_shared<Storage>(0, t.device());
+    t.impl()->storage = empty_;
+    t.impl()->offset = 0;
   }
-  synced_step_ = step;
+  whole_ = false;
+}
+
+Status PipelineStage::Gather() {
+  autograd::NoGradGuard no_grad;
+  std::map<std::string, Tensor> got;
+  for (int s = 1; s < groups_.stages; ++s) {
+    NamedTensorList part;
+    if (groups_.stage == s && groups_.replica == 0) {
+      for (const auto& [name, t] : model_params_) {
+        if (StageOf(name) == s) part.emplace_back(name, CopyToDevice(t, Device()));
+      }
+    }
+    RETURN_IF_ERROR(BroadcastTensors(*world_, s * groups_.replicas, &part, device()));
+    if (world_->rank() == 0) {
+      for (auto& [name, t] : part) got[name] = std::move(t);
+    }
+  }
+  if (world_->rank() != 0) return OkStatus();
+  for (const auto& [name, t] : model_params_) {
+    if (Owns(name) || StageOf(name) == 0) continue;  // rank 0 is stage 0
+    auto it = got.find(name);
+    if (it == got.end() || it->second.shape() != t.shape()) {
+      return InternalError("pipeline: gathering the weights, no " + name + " came from stage " +
+                           std::to_string(StageOf(name)));
+    }
+    const Tensor here = CopyToDevice(ConvertTo(it->second, t.dtype()), t.device());
+    t.impl()->storage = here.storage();
+    t.impl()->offset = here.offset();
+  }
+  whole_ = true;
   return OkStatus();
+}
+
+int64_t PipelineStage::weight_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor& t : parameters_->Parameters()) bytes += dist::BytesOf(t);
+  return bytes;
 }
 
 StatusOr<std::vector<optim::NamedTensor>> PipelineStage::GatherOptimizerState(
     std::vector<optim::NamedTensor> own) {
-  const Device via = model_params_.front().second.device();
+  const Device via = device();
   std::vector<optim::NamedTensor> all;
   if (world_->rank() == 0) all = own;
   std::set<std::string> have;

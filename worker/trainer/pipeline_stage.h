@@ -15,11 +15,13 @@
 //     (SumTiedGradients), so both apply the same update to their copies, as Megatron does;
 //   - the gradient norm is the whole model's, the tied embedding counted once
 //     (ClipGradients), and each stage's optimizer updates its own parameters.
-// The rest of each rank's copy of the model goes stale; SyncWeights brings every copy up to
-// date (each stage's weights broadcast from its replica 0) before an evaluation, a checkpoint
-// or the end of the run, and rank 0 writes checkpoints of the whole model, with the optimizer
-// state gathered from every stage (GatherOptimizerState). So checkpoints do not depend on
-// the pipeline: a run resumes with other stages, or none.
+// Once every rank holds the same weights (rank 0's, or a checkpoint's), Release frees the rest
+// of each rank's copy: a rank keeps its stage's weights only (the other parameters point at an
+// empty storage, as a released ZeRO-3 unit's do). For an evaluation, a checkpoint and the end
+// of the run, Gather sends each stage's weights from its replica 0 to rank 0, which then holds
+// the whole model until the next Release; it writes checkpoints of the whole model, with the
+// optimizer state gathered from every stage (GatherOptimizerState). So checkpoints do not
+// depend on the pipeline: a run resumes with other stages, or none.
 #pragma once
 
 #include <cstdint>
@@ -81,9 +83,14 @@ class PipelineStage {
   };
   StatusOr<Agreement> AgreeOnStep(double loss, bool stop);
 
-  // Every rank's copy of the model takes each stage's weights (from its replica 0); a collective
-  // over every rank. Does nothing when the weights are already synchronised at `step`.
-  Status SyncWeights(int64_t step);
+  // Frees the weights of the other stages (their parameters keep their shapes; their storage
+  // is empty): on every rank once all hold the same weights, and on rank 0 after each Gather.
+  void Release();
+  // Every rank together: rank 0's model becomes whole, each stage's weights coming from its
+  // replica 0 (the others only send; their copies stay as they are).
+  Status Gather();
+  // Bytes of weights this rank keeps between Gathers: its stage's.
+  int64_t weight_bytes() const;
   // Every rank together, with its optimizer's state dict: on rank 0, its own entries and every
   // other stage's entries for that stage's parameters (hyperparameters are rank 0's);
   // nothing elsewhere.
@@ -96,6 +103,9 @@ class PipelineStage {
   PipelineStage() = default;
   // The stage of the model's parameter `name` (the tied embedding's: 0).
   int StageOf(const std::string& name) const;
+  // Whether this rank's stage trains parameter `name`.
+  bool Owns(const std::string& name) const;
+  Device device() const;  // the stage's parameters'
 
   dist::PipelineGroups groups_;
   std::shared_ptr<dist::ProcessGroup> world_;
@@ -105,7 +115,8 @@ class PipelineStage {
   std::vector<int64_t> stage_of_block_;
   int64_t begin_ = 0, end_ = 0;  // this stage's blocks
   std::shared_ptr<nn::ModuleDict> parameters_;
-  int64_t synced_step_ = -1;
+  std::shared_ptr<Storage> empty_;  // what released parameters point at
+  bool whole_ = true;               // this rank's copy of the model holds every weight
 };
 
 }  // namespace trainyard::trainer

@@ -315,6 +315,7 @@ Status Trainer::StartDataParallel() {
     // Every stage's copy of the model starts as rank 0's; a stage's replicas average its
     // gradients (Note [Pipeline stages]).
     RETURN_IF_ERROR(BroadcastWeightsFromRank0(*options_.process_group, *model_));
+    pipe_->Release();  // each rank keeps its stage's weights
     if (pipe_->groups().data) {
       spec::ParallelismSpec stage = spec_.parallelism;
       stage.world_size = pipe_->groups().replicas;
@@ -331,7 +332,8 @@ Status Trainer::StartDataParallel() {
 int64_t Trainer::optimizer_state_bytes() const { return update_->state_bytes(); }
 
 int64_t Trainer::weight_bytes() const {
-  if (dp_ && !pipe_) return dp_->weight_bytes();  // a pipeline stage holds the whole model
+  if (pipe_) return pipe_->weight_bytes();
+  if (dp_) return dp_->weight_bytes();
   int64_t bytes = 0;
   for (const Tensor& p : model_->Parameters()) bytes += dist::BytesOf(p);
   return bytes;

@@ -258,10 +258,12 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // Trains to the end (or until stopped). Errors: the loss became NaN or infinite (naming the
-  // step), a data or checkpoint failure. Call once.
+  // step), a data or checkpoint failure. Call once. After it, model() is whole on every rank,
+  // but for pipeline stages, where only rank 0's is (Note [Pipeline stages]).
   StatusOr<TrainSummary> Run();
 
   // Evaluates the current model on the held-out split; FailedPrecondition when there is none.
+  // With pipeline stages, on rank 0 once the model is whole (after Run).
   StatusOr<EvalMetrics> Evaluate();
 
   const spec::JobSpec& spec() const { return spec_; }

@@ -156,11 +156,16 @@ Status Trainer::SaveCheckpoint() {
   // ZeRO-3's weights, like a ZeRO optimizer's state, are gathered from every rank, a unit at a
   // time, into rank 0's copy; then rank 0 alone writes.
   nn::NamedTensors weights;
-  if (pipe_) RETURN_IF_ERROR(pipe_->SyncWeights(step_));  // rank 0's copy of every stage
+  if (pipe_) RETURN_IF_ERROR(pipe_->Gather());  // rank 0 writes the whole model
   if (dp_ && dp_->sharded()) {
     ASSIGN_OR_RETURN(weights, dp_->GatheredCopy(UniqueStateDict(*model_), rank_ == 0));
   } else if (rank_ == 0) {
     weights = UniqueStateDict(*model_);
+  }
+  if (pipe_) {
+    // Handles of their own on the gathered storage, which outlive Release.
+    for (auto& [name, t] : weights) t = t.detach();
+    pipe_->Release();
   }
   ASSIGN_OR_RETURN(std::vector<optim::NamedTensor> optimizer_state,
                    update_->StateDict(/*writer=*/rank_ == 0 || pipe_));

@@ -49,9 +49,10 @@ struct Trainer::RunTally {
 };
 
 StatusOr<std::optional<EvalMetrics>> Trainer::EvaluateOnRank0() {
-  if (pipe_) RETURN_IF_ERROR(pipe_->SyncWeights(step_));  // rank 0's copy of every stage
+  if (pipe_) RETURN_IF_ERROR(pipe_->Gather());  // rank 0 evaluates the whole model
   if (!eval_loader_) return std::optional<EvalMetrics>();
   StatusOr<EvalMetrics> m = Evaluate();
+  if (pipe_) pipe_->Release();
   if (dp_) RETURN_IF_ERROR(dp_->TakeGatherError());
   RETURN_IF_ERROR(m.status());
   if (rank_ != 0) return std::optional<EvalMetrics>();  // ZeRO-3's other ranks
@@ -321,10 +322,10 @@ StatusOr<TrainSummary> Trainer::Finish(RunTally* tally) {
   }
   // An asynchronous checkpoint's write overlaps the evaluation; Run returns once it commits.
   RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
-  // ZeRO-3: the model is whole again for whoever reads it after Run; so is every pipeline
-  // stage's copy.
+  // ZeRO-3: the model is whole again for whoever reads it after Run; with pipeline stages,
+  // rank 0's is.
   if (dp_) RETURN_IF_ERROR(dp_->Unshard());
-  if (pipe_) RETURN_IF_ERROR(pipe_->SyncWeights(step_));
+  if (pipe_) RETURN_IF_ERROR(pipe_->Gather());
   SetPhase(Phase::kDone);
   summary.steps = step_;
   summary.world_size = world_size_;
