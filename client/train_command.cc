@@ -153,11 +153,16 @@ class Progress {
            (skipped_ > 0 ? " (" + std::to_string(skipped_) + " steps skipped)" : "");
   }
 
-  // This step's gradient all-reduce on rank 0: running time, the part backward did not hide,
-  // and bus bandwidth. Empty for one process.
+  // With pipeline stages, the part of the step rank 0's stage waited for the others. This
+  // step's gradient all-reduce on rank 0: running time, the part backward did not hide, and
+  // bus bandwidth (none for a stage without replicas). Empty for one process.
   static std::string Comm(const trainer::StepMetrics& m) {
     if (m.world_size <= 1) return "";
-    return "  all-reduce " + Fixed(1e3 * m.allreduce_seconds, 1) + " ms (waited " +
+    const bool pipeline = m.pipeline_bubble > 0;
+    const std::string bubble =
+        pipeline ? "  bubble " + Fixed(100 * m.pipeline_bubble, 0) + "%" : std::string();
+    if (pipeline && m.allreduce_seconds == 0) return bubble;
+    return bubble + "  all-reduce " + Fixed(1e3 * m.allreduce_seconds, 1) + " ms (waited " +
            Fixed(1e3 * m.bucket_wait_seconds, 1) + " ms, " + Fixed(m.bus_bandwidth / 1e9, 2) +
            " GB/s)";
   }
@@ -505,11 +510,13 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (!json.ok()) return Fail(std::string(json.status().message()), 2);
   const bool sets_world_size = SetsField(*json, "parallelism.world_size");
   // The launch's world size is the spec's before its rules relate it to other fields (such as
-  // pipeline_stages): a rank's, or a well-formed --nproc (ResolveNproc names a bad one).
+  // pipeline_stages): a rank's, or a valid --nproc (ResolveNproc names a bad one).
   const std::string launched =
       rank->has_value() ? std::to_string((*rank)->world_size) : a.nproc.value_or("");
-  if (!sets_world_size && !launched.empty() &&
-      launched.find_first_not_of("0123456789") == std::string::npos && launched.size() < 6) {
+  const bool valid = !launched.empty() && launched.size() < 6 &&
+                     launched.find_first_not_of("0123456789") == std::string::npos &&
+                     std::stoi(launched) >= 1 && std::stoi(launched) <= spec::kMaxWorldSize;
+  if (!sets_world_size && valid) {
     if (Status s = ApplyOverride("parallelism.world_size=" + launched, &*json); !s.ok())
       return Fail(std::string(s.message()), 2);
   }

@@ -65,6 +65,18 @@ TEST(LaunchTest, BadNprocValuesExitWithTwoAndSayWhy) {
   EXPECT_THAT(r.err, HasSubstr("--nproc takes a number"));
 }
 
+// --nproc is the spec's world_size before the rules that relate it to other fields run: 2
+// pipeline stages divide it (the MLP is then the only problem).
+TEST(LaunchTest, NprocSetsTheWorldSizeThatTheSpecsRulesSee) {
+  TempDir dir;
+  const std::string spec = WriteFashionSpec(dir, 10);
+  ProcessResult r = Train({spec, "--nproc", "2", "--set", "parallelism.pipeline_stages=2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("parallelism.pipeline_stages = 2: needs model.gpt (model is mlp)"));
+  EXPECT_THAT(r.err, Not(HasSubstr("must divide parallelism.world_size")));
+  EXPECT_THAT(r.err, HasSubstr("(1 problem)"));
+}
+
 TEST(LaunchTest, NprocAndWorldSizeMustAgreeWhenBothAreGiven) {
   TempDir dir;
   const std::string spec = WriteFashionSpec(dir, 10, "parallelism: {world_size: 3}\n");
