@@ -95,6 +95,9 @@ struct ProcessGroupOptions {
   std::string nccl_algo;
   std::string nccl_ib_hca;
   bool nccl_ib_disable = false;
+  // NCCL: the rank whose GPU this group uses, device_rank % visible GPUs (-1: the group rank),
+  // so that a subgroup (a pipeline's pair or stage group) runs on its member's GPU.
+  int device_rank = -1;
 };
 
 class ProcessGroup {
@@ -123,11 +126,11 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> Barrier() = 0;
   // Point to point, in a group of two: Send gives this rank's `t` to `peer` (the other rank),
   // whose Recv of the same shape and dtype fills its `t`. Like a collective, the two ranks
-  // issue the pair at the same point of their order; the ops are named "send #12 (1024
-  // float32, to rank 1)" and "recv #12 (1024 float32, from rank 0)" and bounded by the
-  // group's timeout. InvalidArgument for a larger group or another peer. The default is a
-  // broadcast rooted at the sender (NCCL's, whose broadcast in a pair is a send); Gloo sends
-  // over the pair's connection, or through the shared segment on one host.
+  // issue the pair at the same point of their order; bounded by the group's timeout.
+  // InvalidArgument for a larger group or another peer. The default is a broadcast rooted at
+  // the sender (NCCL's, whose broadcast in a pair is a send), named as that broadcast; Gloo
+  // sends over the pair's connection, or through the shared segment on one host, and names
+  // the ops "send #12 (1024 float32, to rank 1)" and "recv #12 (1024 float32, from rank 0)".
   virtual std::shared_ptr<Work> Send(Tensor t, int peer);
   virtual std::shared_ptr<Work> Recv(Tensor t, int peer);
 

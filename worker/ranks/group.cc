@@ -38,7 +38,8 @@ StatusOr<std::shared_ptr<dist::ProcessGroup>> JoinGroup(const spec::JobSpec& spe
                                                         int rank, int world_size,
                                                         const std::string& hostname,
                                                         dist::PipelineGroups* pipeline) {
-  const dist::ProcessGroupOptions options = GroupOptionsFor(spec, hostname);
+  dist::ProcessGroupOptions options = GroupOptionsFor(spec, hostname);
+  options.device_rank = rank;  // every group of this rank on its GPU
   auto join = [&](const std::string& prefix, int group_rank,
                   int size) -> StatusOr<std::shared_ptr<dist::ProcessGroup>> {
     ASSIGN_OR_RETURN(

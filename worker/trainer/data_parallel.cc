@@ -184,10 +184,14 @@ Status DataParallel::AfterBackward() {
 }
 
 Status DataParallel::CheckSameStep(int64_t step) {
+  return trainer::CheckSameStep(*group_, step, Device());
+}
+
+Status CheckSameStep(dist::ProcessGroup& group, int64_t step, trainyard::Device device) {
   Tensor t = Zeros(Shape{2}, Options(DType::kInt64));
   t.data<int64_t>()[0] = step;
   t.data<int64_t>()[1] = -step;
-  RETURN_IF_ERROR(dist::AllReduceHost(*group_, t, dist::ReduceOp::kMax, Device()));
+  RETURN_IF_ERROR(dist::AllReduceHost(group, t, dist::ReduceOp::kMax, device));
   const int64_t high = t.data<int64_t>()[0], low = -t.data<int64_t>()[1];
   if (high == low) return OkStatus();
   return FailedPreconditionError("the ranks start at different steps (" + std::to_string(low) +

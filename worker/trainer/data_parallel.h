@@ -82,6 +82,10 @@ class DataParallel {
   std::unique_ptr<dist::Reducer> reducer_;
 };
 
+// FailedPrecondition unless every rank of `group` starts at `step` (they resumed the same
+// checkpoint); `device`: where the group's collectives run.
+Status CheckSameStep(dist::ProcessGroup& group, int64_t step, trainyard::Device device);
+
 // Every rank's parameters and buffers (batch-norm statistics) become rank 0's.
 Status BroadcastWeightsFromRank0(dist::ProcessGroup& group, nn::Module& model);
 

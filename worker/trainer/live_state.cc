@@ -113,7 +113,7 @@ Status BroadcastTensors(dist::ProcessGroup& group, int root, NamedTensorList* te
   Tensor bytes = Empty(Shape{n}, Options(DType::kUInt8));
   if (group.rank() == root) std::memcpy(bytes.raw_data(), packed.data(), packed.size());
   RETURN_IF_ERROR(broadcast(bytes));
-  if (group.rank() == root) return OkStatus();
+  if (group.rank() == root || tensors == nullptr) return OkStatus();
   ASSIGN_OR_RETURN(*tensors, UnpackTensors(std::string(static_cast<const char*>(bytes.raw_data()),
                                                        static_cast<size_t>(n))));
   return OkStatus();

@@ -23,7 +23,8 @@ StatusOr<NamedTensorList> UnpackTensors(const std::string& bytes);
 
 // Every rank gets `root`'s `*tensors` (the others' are replaced): two broadcasts, the byte
 // count and the bytes, through a copy on `via` when that is a CUDA device (NCCL broadcasts
-// device memory only). A collective: every rank of `group` calls it with the same root.
+// device memory only). A collective: every rank of `group` calls it with the same root. A
+// rank other than the root that passes null `tensors` takes part without unpacking them.
 Status BroadcastTensors(dist::ProcessGroup& group, int root, NamedTensorList* tensors,
                         Device via = Device());
 

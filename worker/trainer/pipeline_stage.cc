@@ -216,7 +216,10 @@ Status PipelineStage::Gather() {
         if (StageOf(name) == s) part.emplace_back(name, CopyToDevice(t, Device()));
       }
     }
-    RETURN_IF_ERROR(BroadcastTensors(*world_, s * groups_.replicas, &part, device()));
+    // Only rank 0 unpacks what it is sent.
+    const int root = s * groups_.replicas;
+    const bool keep = world_->rank() == 0 || world_->rank() == root;
+    RETURN_IF_ERROR(BroadcastTensors(*world_, root, keep ? &part : nullptr, device()));
     if (world_->rank() == 0) {
       for (auto& [name, t] : part) got[name] = std::move(t);
     }
@@ -259,7 +262,9 @@ StatusOr<std::vector<optim::NamedTensor>> PipelineStage::GatherOptimizerState(
           part.emplace_back(key, CopyToDevice(t, Device()));
       }
     }
-    RETURN_IF_ERROR(BroadcastTensors(*world_, s * groups_.replicas, &part, via));
+    const int root = s * groups_.replicas;
+    const bool keep = world_->rank() == 0 || world_->rank() == root;
+    RETURN_IF_ERROR(BroadcastTensors(*world_, root, keep ? &part : nullptr, via));
     if (world_->rank() != 0) continue;
     for (auto& [key, t] : part) {
       if (have.insert(key).second) all.emplace_back(key, std::move(t));

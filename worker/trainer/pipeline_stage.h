@@ -91,6 +91,10 @@ class PipelineStage {
   Status Gather();
   // Bytes of weights this rank keeps between Gathers: its stage's.
   int64_t weight_bytes() const;
+  // Whether this rank's copy of the model holds every weight (before the first Release, and
+  // on rank 0 after a Gather).
+  bool whole() const { return whole_; }
+  Device device() const;  // where the stage's parameters are
   // Every rank together, with its optimizer's state dict: on rank 0, its own entries and every
   // other stage's entries for that stage's parameters (hyperparameters are rank 0's);
   // nothing elsewhere.
@@ -105,7 +109,6 @@ class PipelineStage {
   int StageOf(const std::string& name) const;
   // Whether this rank's stage trains parameter `name`.
   bool Owns(const std::string& name) const;
-  Device device() const;  // the stage's parameters'
 
   dist::PipelineGroups groups_;
   std::shared_ptr<dist::ProcessGroup> world_;

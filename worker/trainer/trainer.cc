@@ -314,6 +314,7 @@ Status Trainer::StartDataParallel() {
   if (pipe_) {
     // Every stage's copy of the model starts as rank 0's; a stage's replicas average its
     // gradients (Note [Pipeline stages]).
+    RETURN_IF_ERROR(CheckSameStep(*options_.process_group, step_, pipe_->device()));
     RETURN_IF_ERROR(BroadcastWeightsFromRank0(*options_.process_group, *model_));
     pipe_->Release();  // each rank keeps its stage's weights
     if (pipe_->groups().data) {

@@ -263,7 +263,8 @@ class Trainer {
   StatusOr<TrainSummary> Run();
 
   // Evaluates the current model on the held-out split; FailedPrecondition when there is none.
-  // With pipeline stages, on rank 0 once the model is whole (after Run).
+  // With pipeline stages, on rank 0 once the model is whole (after Run; FailedPrecondition
+  // otherwise).
   StatusOr<EvalMetrics> Evaluate();
 
   const spec::JobSpec& spec() const { return spec_; }
@@ -369,8 +370,9 @@ class Trainer {
   // checkpoint.async hands its snapshot to writer_ after the previous write is committed.
   Status SaveCheckpoint();
   // Evaluate on rank 0 when the job holds data out (nullopt elsewhere); with ZeRO-3 every rank
-  // evaluates, as the units gather their weights together.
-  StatusOr<std::optional<EvalMetrics>> EvaluateOnRank0();
+  // evaluates, as the units gather their weights together. With pipeline stages every rank
+  // takes part in gathering the model to rank 0 first, unless `gathered` says it is whole.
+  StatusOr<std::optional<EvalMetrics>> EvaluateOnRank0(bool gathered = false);
   // writer_ when this rank is 0 and checkpoint.async is on (and it has none yet).
   void OpenCheckpointWriter();
   // Reports writer_'s finished write (its error fails the run); `wait`: waits for the write

@@ -1,6 +1,7 @@
 // Trainer's step as one stage of a pipeline (Note [Pipeline stages] in pipeline_stage.h): the
 // step's micro-batches go through dist::RunPipelineStep, this stage's part of the model in
 // each forward, the loss on the last stage.
+#include <chrono>
 #include <vector>
 
 #include "worker/autograd/autocast.h"
@@ -60,7 +61,11 @@ Status Trainer::PipelineForwardBackward(StepMetrics* m, Tensor* loss_sum) {
   c.after_backward = [&](int) -> Status {
     if (!dp_) return OkStatus();
     SetPhase(Phase::kAllReduceWait);
-    return dp_->AfterBackward();
+    const auto start = std::chrono::steady_clock::now();
+    Status s = dp_->AfterBackward();
+    m->bucket_wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return s;
   };
   ASSIGN_OR_RETURN(const dist::PipelineStats stats, dist::RunPipelineStep(o, micro_batches, c));
   *loss_sum = sum.defined() ? sum : Zeros(Shape{}, Options(DType::kFloat32).set_device(device_));

@@ -48,11 +48,12 @@ struct Trainer::RunTally {
   }
 };
 
-StatusOr<std::optional<EvalMetrics>> Trainer::EvaluateOnRank0() {
-  if (pipe_) RETURN_IF_ERROR(pipe_->Gather());  // rank 0 evaluates the whole model
+StatusOr<std::optional<EvalMetrics>> Trainer::EvaluateOnRank0(bool gathered) {
+  const bool gather = pipe_ && !gathered;  // rank 0 evaluates the whole model
+  if (gather) RETURN_IF_ERROR(pipe_->Gather());
   if (!eval_loader_) return std::optional<EvalMetrics>();
   StatusOr<EvalMetrics> m = Evaluate();
-  if (pipe_) pipe_->Release();
+  if (gather) pipe_->Release();
   if (dp_) RETURN_IF_ERROR(dp_->TakeGatherError());
   RETURN_IF_ERROR(m.status());
   if (rank_ != 0) return std::optional<EvalMetrics>();  // ZeRO-3's other ranks
@@ -62,6 +63,11 @@ StatusOr<std::optional<EvalMetrics>> Trainer::EvaluateOnRank0() {
 StatusOr<EvalMetrics> Trainer::Evaluate() {
   if (!eval_loader_)
     return FailedPreconditionError("this job's data holds nothing out for evaluation");
+  if (pipe_ && !pipe_->whole()) {
+    return FailedPreconditionError(
+        "this rank holds one pipeline stage's weights; rank 0 evaluates once it has gathered the "
+        "whole model (during and after Run)");
+  }
   const auto start = SteadyClock::now();
   SetPhase(Phase::kEvaluate);
   const bool was_training = model_->is_training();
@@ -317,15 +323,16 @@ StatusOr<TrainSummary> Trainer::Finish(RunTally* tally) {
   TrainSummary& summary = tally->summary;
   // Checkpoint first: with ZeRO it is a collective, which must not wait on rank 0's evaluation.
   if (checkpoints_ && saved_step_ != step_) RETURN_IF_ERROR(SaveCheckpoint());
+  // With pipeline stages rank 0 gathers the whole model once, for the last evaluation and for
+  // whoever reads the model after Run; the other ranks need not wait for the evaluation.
+  if (pipe_) RETURN_IF_ERROR(pipe_->Gather());
   if (!summary.interrupted && data_.eval && tally->last_eval_step != step_) {
-    ASSIGN_OR_RETURN(summary.eval, EvaluateOnRank0());
+    ASSIGN_OR_RETURN(summary.eval, EvaluateOnRank0(/*gathered=*/pipe_ != nullptr));
   }
   // An asynchronous checkpoint's write overlaps the evaluation; Run returns once it commits.
   RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
-  // ZeRO-3: the model is whole again for whoever reads it after Run; with pipeline stages,
-  // rank 0's is.
+  // ZeRO-3: the model is whole again for whoever reads it after Run.
   if (dp_) RETURN_IF_ERROR(dp_->Unshard());
-  if (pipe_) RETURN_IF_ERROR(pipe_->Gather());
   SetPhase(Phase::kDone);
   summary.steps = step_;
   summary.world_size = world_size_;

@@ -53,8 +53,9 @@ std::set<std::string> Released(nn::Module& model) {
 }
 
 // Two stages of a two-block GPT on threads over real Gloo groups: from the start each rank
-// keeps its stage's weights only (the last stage the tied embedding too); after Run rank 0's
-// model is whole again, the other stage's weights gathered from rank 1.
+// keeps its stage's weights only (the last stage the tied embedding too), and rank 0 refuses to
+// evaluate released weights; after Run rank 0's model is whole again, the other stage's weights
+// gathered from rank 1, and evaluates.
 TEST(PipelineStageTest, EachRankKeepsItsStagesWeightsAndRankZeroEndsWhole) {
   ::trainyard::testing::TempDir dir;
   const std::string text = dir.path() + "/corpus.txt";
@@ -88,8 +89,14 @@ TEST(PipelineStageTest, EachRankKeepsItsStagesWeightsAndRankZeroEndsWhole) {
       auto t = Trainer::Create(spec, options);
       ASSERT_TRUE(t.ok()) << t.status();
       released[r] = Released((*t)->model());
+      if (r == 0) {  // not whole yet: no evaluation of released weights
+        EXPECT_EQ((*t)->Evaluate().status().code(), StatusCode::kFailedPrecondition);
+      }
       ASSERT_TRUE((*t)->Run().ok());
       after[r] = Released((*t)->model());
+      if (r == 0) {
+        EXPECT_TRUE((*t)->Evaluate().ok());
+      }
     });
   }
   for (std::thread& t : threads) t.join();

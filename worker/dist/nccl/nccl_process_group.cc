@@ -250,7 +250,8 @@ StatusOr<std::unique_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
                                 "; it must be positive");
   }
   ApplyNcclEnv(options);
-  ASSIGN_OR_RETURN(const int device, PickDevice(rank));
+  ASSIGN_OR_RETURN(const int device,
+                   PickDevice(options.device_rank >= 0 ? options.device_rank : rank));
   RETURN_IF_ERROR(JoinGroup(*store, "nccl", rank, size, options.timeout));
   ASSIGN_OR_RETURN(const std::string id, ExchangeId(*store, rank, options.timeout));
   std::unique_ptr<NcclProcessGroup> group(new NcclProcessGroup(rank, size, options, device));
