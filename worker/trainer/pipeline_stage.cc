@@ -45,6 +45,9 @@ std::shared_ptr<nn::ModuleDict> TreeOf(const nn::NamedTensors& params) {
   return root;
 }
 
+// `t` on the CPU, for packing (a copy only from a device).
+Tensor OnCpu(const Tensor& t) { return t.device().is_cpu() ? t : CopyToDevice(t, Device()); }
+
 // The parameter a state dict entry "<param>.<state>" belongs to ("" for a hyperparameter).
 std::string ParamOf(const std::string& key) {
   const size_t dot = key.rfind('.');
@@ -213,7 +216,7 @@ Status PipelineStage::Gather() {
     NamedTensorList part;
     if (groups_.stage == s && groups_.replica == 0) {
       for (const auto& [name, t] : model_params_) {
-        if (StageOf(name) == s) part.emplace_back(name, CopyToDevice(t, Device()));
+        if (StageOf(name) == s) part.emplace_back(name, OnCpu(t));
       }
     }
     // Only rank 0 unpacks what it is sent.
@@ -228,11 +231,11 @@ Status PipelineStage::Gather() {
   for (const auto& [name, t] : model_params_) {
     if (Owns(name) || StageOf(name) == 0) continue;  // rank 0 is stage 0
     auto it = got.find(name);
-    if (it == got.end() || it->second.shape() != t.shape()) {
+    if (it == got.end() || it->second.shape() != t.shape() || it->second.dtype() != t.dtype()) {
       return InternalError("pipeline: gathering the weights, no " + name + " came from stage " +
                            std::to_string(StageOf(name)));
     }
-    const Tensor here = CopyToDevice(ConvertTo(it->second, t.dtype()), t.device());
+    const Tensor here = t.device().is_cpu() ? it->second : CopyToDevice(it->second, t.device());
     t.impl()->storage = here.storage();
     t.impl()->offset = here.offset();
   }
@@ -258,8 +261,7 @@ StatusOr<std::vector<optim::NamedTensor>> PipelineStage::GatherOptimizerState(
     if (groups_.stage == s && groups_.replica == 0) {
       for (const auto& [key, t] : own) {
         const std::string param = ParamOf(key);
-        if (!param.empty() && StageOf(param) == s)
-          part.emplace_back(key, CopyToDevice(t, Device()));
+        if (!param.empty() && StageOf(param) == s) part.emplace_back(key, OnCpu(t));
       }
     }
     const int root = s * groups_.replicas;

@@ -435,6 +435,20 @@ void ExpectShardsOfTheAverage(const Reducer& reducer, const std::vector<NamedTen
   }
 }
 
+// The cases that run the engine's kernels: its CUDA backend (libtrainyard_cuda.so, or the
+// emulated one); the trainer's cases also need two ranks.
+#if defined(TY_CUDA_LIB)
+#define TY_USE_CUDA_LIBRARY() ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0)
+#elif !defined(TY_NCCL_EMU)
+#define TY_USE_CUDA_LIBRARY() GTEST_SKIP() << "this build has no libtrainyard_cuda.so"
+#else
+#define TY_USE_CUDA_LIBRARY() (void)0
+#endif
+#define SKIP_WITHOUT_TWO_TRAINER_DEVICES()                                \
+  SKIP_WITHOUT_GPU();                                                     \
+  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible"; \
+  TY_USE_CUDA_LIBRARY()
+
 // The Reducer over NCCL with the engine's CUDA tensors: its buckets on the device, their
 // collectives on NCCL's stream after an event on the compute stream. Each rank's input differs;
 // every rank ends with the average of the ranks' gradients, computed on the CPU for comparison:
@@ -442,11 +456,7 @@ void ExpectShardsOfTheAverage(const Reducer& reducer, const std::vector<NamedTen
 // reduce-scattered releasing each bucket (ZeRO-2).
 TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
   SKIP_WITHOUT_GPU();
-#if defined(TY_CUDA_LIB)
-  ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
-#elif !defined(TY_NCCL_EMU)
-  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
-#endif
+  TY_USE_CUDA_LIBRARY();
   const int n = World();
   auto loss = [](const Tensor& input, const std::vector<NamedTensor>& p) {
     Tensor y = ops::Tanh(ops::Linear(input, p[0].second, p[1].second));
@@ -513,11 +523,7 @@ TEST(NcclProcessGroupTest, ReducerAveragesTheGradientsOfCudaParameters) {
 // the weights of one CPU process stepping on the mean of the ranks' losses. Needs no Gloo.
 TEST(NcclProcessGroupTest, ShardedUnitsTrainOnTheDeviceAsOneCpuProcess) {
   SKIP_WITHOUT_GPU();
-#if defined(TY_CUDA_LIB)
-  ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0);
-#elif !defined(TY_NCCL_EMU)
-  GTEST_SKIP() << "this build has no libtrainyard_cuda.so";
-#endif
+  TY_USE_CUDA_LIBRARY();
   const int n = World();
   auto make = [](const Device& device) {
     Generator gen(21);
@@ -591,20 +597,6 @@ TEST(NcclProcessGroupTest, ShardedUnitsTrainOnTheDeviceAsOneCpuProcess) {
     }
   });
 }
-
-// The trainer's cases: two ranks, and the engine's CUDA backend (libtrainyard_cuda.so, or the
-// emulated one).
-#if defined(TY_CUDA_LIB)
-#define TY_USE_CUDA_LIBRARY() ::setenv(kernels::cuda::kCudaLibraryEnv, TY_CUDA_LIB, 0)
-#elif !defined(TY_NCCL_EMU)
-#define TY_USE_CUDA_LIBRARY() GTEST_SKIP() << "this build has no libtrainyard_cuda.so"
-#else
-#define TY_USE_CUDA_LIBRARY() (void)0
-#endif
-#define SKIP_WITHOUT_TWO_TRAINER_DEVICES()                                \
-  SKIP_WITHOUT_GPU();                                                     \
-  if (World() < 2) GTEST_SKIP() << "needs two ranks: one GPU is visible"; \
-  TY_USE_CUDA_LIBRARY()
 
 #ifdef TY_HAVE_GLOO  // the CPU reference runs over Gloo, which the lent GPU machines lack
 // The trainer's data parallelism on the device: World() ranks of a tiny GPT (dropout, clipping,
