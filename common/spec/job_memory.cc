@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "common/spec/model_graph.h"
+
 namespace trainyard::spec {
 
 // Note [Activation model]
@@ -212,7 +214,37 @@ std::vector<int64_t> ParameterSizes(const JobSpec& spec, int64_t vocab) {
   if (m.arch == "cnn") return CnnParameters(m.cnn);
   if (m.arch == "resnet") return ResNetParameters(m.resnet);
   if (m.arch == "gpt") return GptParameters(m.gpt, GptVocab(m.gpt, vocab));
+  if (std::optional<GraphSpec> graph = ModelGraph(m, vocab)) {
+    StatusOr<CompiledGraph> g = CompileGraph(*graph);
+    std::vector<int64_t> sizes;
+    if (g.ok())
+      for (const GraphOp& op : g->ops)
+        if (op.parameters > 0) sizes.push_back(op.parameters);
+    return sizes;
+  }
   return {};
+}
+
+// A graph's activations: in training every op's output is kept for backward (and each
+// attention's weights, T x S per head); in evaluation the batch and the widest op's input and
+// output live at once.
+double GraphActivations(const ModelSpec& m, double n, bool train, int64_t vocab) {
+  std::optional<GraphSpec> graph = ModelGraph(m, vocab);
+  if (!graph) return 0;
+  StatusOr<CompiledGraph> g = CompileGraph(*graph);
+  if (!g.ok()) return 0;
+  double kept = 0, widest = 0;
+  for (const GraphOp& op : g->ops) {
+    double out = 4 * n * static_cast<double>(op.shape.numel());
+    if (op.node.op == "attention") {
+      const std::vector<int64_t>& d = op.shape.dims;
+      out += 4 * n * static_cast<double>(op.node.heads) * static_cast<double>(d[0] * d[0]);
+    }
+    kept += out;
+    widest = std::max(widest, out + 4 * n * static_cast<double>(g->shape_of(op.inputs[0]).numel()));
+  }
+  const double batch = 8 * n * static_cast<double>(g->input.numel());
+  return batch + (train ? kept : widest);
 }
 
 // Batch norm's running mean and variance (float32) and its int64 step count, per layer.
@@ -618,18 +650,21 @@ double TrainActivations(const JobSpec& spec, const Precision& p, double n, int64
   if (m.arch == "cnn") return CnnActivations(m.cnn, p, n);
   if (m.arch == "resnet") return ResNetActivations(m.resnet, p, n);
   if (m.arch == "gpt") return GptTrainActivations(spec, p, GptDimsOf(m.gpt, n, vocab));
+  if (ModelGraph(m)) return GraphActivations(m, n, /*train=*/true, vocab);
   return 0;
 }
 
 double EvalPeak(const JobSpec& spec, const Precision& p, double n, int64_t vocab) {
   const ModelSpec& m = spec.model;
+  if (ModelGraph(m)) return GraphActivations(m, n, /*train=*/false, vocab);
   if (m.arch != "gpt") return EvalActivations(spec, n);
   return GptEvalActivations(p, GptDimsOf(m.gpt, n, vocab));
 }
 
 std::string BatchName(const JobSpec& spec) {
   std::string s = "batch " + std::to_string(spec.batch_size);
-  if (spec.model.arch == "gpt") s += " x context " + std::to_string(spec.model.gpt.context);
+  const int64_t t = SequenceLength(spec.model);
+  if (t > 0) s += " x context " + std::to_string(t);
   return s;
 }
 

@@ -225,6 +225,40 @@ class Reader {
     }
     if (ok) *out = std::move(items);
   }
+  void StringList(const char* name, std::vector<std::string>* out) {
+    const Json* v = Take(name);
+    if (v == nullptr) return;
+    if (!v->is_array()) return Problem(name, *v, "expected a list of strings");
+    std::vector<std::string> items;
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string item = std::string(name) + "[" + std::to_string(i) + "]";
+      if (!(*v)[i].is_string()) {
+        Problem(item.c_str(), (*v)[i], "expected a string");
+      } else {
+        items.push_back((*v)[i].string_value());
+      }
+    }
+    if (items.size() == v->size()) *out = std::move(items);
+  }
+  // A list of messages, each read by visit(Reader&, T&) at "name[i]".
+  template <typename T, typename F>
+  void MessageList(const char* name, std::vector<T>* out, const F& visit) {
+    const Json* v = Take(name);
+    if (v == nullptr) return;
+    if (!v->is_array()) return Problem(name, *v, "expected a list of objects (messages)");
+    std::vector<T> items(v->size());
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string item = std::string(name) + "[" + std::to_string(i) + "]";
+      if (!(*v)[i].is_object()) {
+        Problem(item.c_str(), (*v)[i], "expected an object (a message)");
+        continue;
+      }
+      Reader sub(&(*v)[i], Path(item), problems_);
+      visit(sub, items[i]);
+      sub.Finish();
+    }
+    *out = std::move(items);
+  }
   // A nested message: `visit` reads it when present. `selected` matters only to the Writer.
   void Message(const char* name, bool /*selected*/, const std::function<void(Reader&)>& visit) {
     const Json* v = Take(name);
@@ -396,6 +430,21 @@ class Writer {
     Json::Items items(v->begin(), v->end());
     object_->Set(name, Json::Array(std::move(items)));
   }
+  void StringList(const char* name, std::vector<std::string>* v) {
+    Json::Items items(v->begin(), v->end());
+    object_->Set(name, Json::Array(std::move(items)));
+  }
+  template <typename T, typename F>
+  void MessageList(const char* name, std::vector<T>* v, const F& visit) {
+    Json::Items items;
+    for (T& item : *v) {
+      Json sub;
+      Writer w(&sub);
+      visit(w, item);
+      items.push_back(std::move(sub));
+    }
+    object_->Set(name, Json::Array(std::move(items)));
+  }
   void Message(const char* name, bool selected, const std::function<void(Writer&)>& visit) {
     if (!selected) return;
     Json sub;
@@ -444,6 +493,14 @@ std::string ResolvedBackend(const JobSpec& spec) {
   return spec.device == "cuda" ? "nccl" : "gloo";
 }
 
+int64_t SequenceLength(const ModelSpec& m) {
+  if (m.arch == "gpt") return m.gpt.context;
+  if (m.arch == "llama") return m.llama.context;
+  const GraphInputSpec& in = m.graph.input;
+  if (m.arch == "graph" && in.dtype == "int64" && in.shape.size() == 1) return in.shape[0];
+  return 0;
+}
+
 int MinWorldSize(const ParallelismSpec& p) {
   return p.min_world_size > 0 ? p.min_world_size : p.world_size;
 }
@@ -479,6 +536,22 @@ StatusOr<JobSpec> ParseJobSpec(const Json& json) {
   internal::CheckRelations(spec, &problems);
   if (!problems.empty()) return ProblemsStatus(problems);
   return spec;
+}
+
+StatusOr<GraphSpec> ParseGraphSpec(const Json& json) {
+  if (!json.is_object()) {
+    return InvalidArgumentError("invalid model graph: expected an object, got " +
+                                json.Dump().substr(0, 60));
+  }
+  GraphSpec graph;
+  Problems problems;
+  Reader reader(&json, "model.graph", &problems);
+  internal::VisitGraph(reader, graph);
+  reader.Finish();
+  CompiledGraph compiled;
+  if (problems.empty()) internal::CheckGraph(graph, &problems, &compiled);
+  if (!problems.empty()) return ProblemsStatus(problems);
+  return graph;
 }
 
 Json ToJson(const JobSpec& spec) {

@@ -56,12 +56,79 @@ struct GptSpec {
   bool bias = true;
 };
 
+// A LLaMA-style decoder (Hugging Face's LlamaForCausalLM, names and all), built as a graph
+// (LlamaGraph in model_graph.h).
+struct LlamaSpec {
+  int64_t vocab_size = 0;  // 0: the data's vocabulary size
+  int64_t context = 128;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 0;  // 0: n_head
+  int64_t n_embd = 256;
+  int64_t intermediate_size = 0;  // 0: the multiple of 8 nearest 8/3 n_embd above
+  double rope_theta = 10000;
+  double rms_norm_eps = 1e-5;
+  bool tie_word_embeddings = false;
+};
+
+// A model written as a graph of named nodes (docs/design/011-model-graphs.md; checked and shaped by
+// model_graph.h). Every option is one struct member; an op reads the ones it uses.
+struct GraphNodeSpec {
+  std::string name;
+  std::string op;
+  std::vector<std::string> inputs;
+  std::string block;   // op "block": the block it runs
+  int64_t repeat = 1;  // op "block": how many times, chained
+  int64_t out_features = 0;
+  int64_t num_embeddings = 0;
+  int64_t embedding_dim = 0;
+  int64_t out_channels = 0;
+  int64_t kernel_size = 0;
+  int64_t stride = 0;
+  int64_t padding = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  bool causal = false;
+  bool bias = true;
+  double eps = 1e-5;
+  double p = 0;
+  int64_t dim = -1;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> dims;
+  std::string share;
+  double init_std = 0;
+  double theta = 10000;
+  std::string approximate = "none";
+};
+
+struct GraphBlockSpec {
+  std::string name;
+  std::string input = "x";
+  std::vector<GraphNodeSpec> nodes;
+  std::string output;  // "": the last node
+};
+
+struct GraphInputSpec {
+  std::string name = "input";
+  std::string dtype = "float32";
+  std::vector<int64_t> shape;  // one sample's, without the batch dimension
+};
+
+struct GraphSpec {
+  GraphInputSpec input;
+  std::vector<GraphBlockSpec> blocks;
+  std::vector<GraphNodeSpec> nodes;
+  std::string output;  // "": the last node
+};
+
 struct ModelSpec {
-  std::string arch;  // "mlp", "cnn", "resnet" or "gpt"
+  std::string arch;  // "mlp", "cnn", "resnet", "gpt", "llama" or "graph"
   MlpSpec mlp;
   CnnSpec cnn;
   ResNetSpec resnet;
   GptSpec gpt;
+  LlamaSpec llama;
+  GraphSpec graph;
 };
 
 inline constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
@@ -75,6 +142,7 @@ struct FashionMnistData {
 struct TextData {
   std::string path;
   std::string vocabulary = "char";
+  std::string tokenizer;  // vocabulary "bpe": a tokenizer.json
   double eval_fraction = 0.1;
 };
 
@@ -220,6 +288,14 @@ struct JobSpec {
   FaultToleranceSpec fault_tolerance;  // the service's supervision; trainyard train ignores it
   int priority = 0;                    // higher first
 };
+
+// A model graph alone (what model.graph holds), read and checked as ParseJobSpec reads and
+// checks it, problems named by their path under model.graph.
+StatusOr<GraphSpec> ParseGraphSpec(const Json& json);
+
+// The length of a model's token windows: model.gpt.context, or a graph's int64 input's only
+// dimension; 0 for models of images or tables.
+int64_t SequenceLength(const ModelSpec& model);
 
 // parallelism.backend with "auto" resolved: "nccl" when device is "cuda", else "gloo".
 std::string ResolvedBackend(const JobSpec& spec);

@@ -14,6 +14,9 @@
 //   Bool(name, bool*), String(name, std::string*)
 //   Choice(name, std::string*, {values...})           one of the values
 //   IntList(name, std::vector<int64_t>*, lo, hi)      each entry in [lo, hi]
+//   StringList(name, std::vector<std::string>*)       a list of strings
+//   MessageList(name, std::vector<T>*, visit)         a list of messages, each visited by
+//                                                     visit(V&, T&)
 //   Message(name, selected, visit)                    a nested message, visited by `visit`;
 //                                                     `selected`: not an unset oneof member
 //   OneOf(std::string*, {members...}, required)       which member of the oneof is set
@@ -69,12 +72,74 @@ void VisitGpt(V& v, GptSpec& s) {
 }
 
 template <typename V>
+void VisitGraphNode(V& v, GraphNodeSpec& s) {
+  v.String("name", &s.name);
+  v.String("op", &s.op);
+  v.StringList("inputs", &s.inputs);
+  v.String("block", &s.block);
+  v.Int("repeat", &s.repeat, 1, 1024);
+  v.Int("out_features", &s.out_features, 0, kMaxWidth);
+  v.Int("num_embeddings", &s.num_embeddings, 0, kMaxWidth);
+  v.Int("embedding_dim", &s.embedding_dim, 0, kMaxWidth);
+  v.Int("out_channels", &s.out_channels, 0, 65536);
+  v.Int("kernel_size", &s.kernel_size, 0, 1024);
+  v.Int("stride", &s.stride, 0, 1024);
+  v.Int("padding", &s.padding, 0, 1024);
+  v.Int("heads", &s.heads, 0, 1024);
+  v.Int("kv_heads", &s.kv_heads, 0, 1024);
+  v.Bool("causal", &s.causal);
+  v.Bool("bias", &s.bias);
+  v.DoubleAbove("eps", &s.eps, 0, 1);
+  v.Double("p", &s.p, 0, 1, /*hi_open=*/true);
+  v.Int("dim", &s.dim, -8, 7);
+  v.IntList("shape", &s.shape, -1, kMaxWidth);
+  v.IntList("dims", &s.dims, -8, 7);
+  v.String("share", &s.share);
+  v.Double("init_std", &s.init_std, 0, 1);
+  v.DoubleAbove("theta", &s.theta, 0, 1e9);
+  v.Choice("approximate", &s.approximate, {"none", "tanh"});
+}
+
+template <typename V>
+void VisitLlama(V& v, LlamaSpec& s) {
+  v.Int("vocab_size", &s.vocab_size, 0, 65536);
+  v.Int("context", &s.context, 1, 65536);
+  v.Int("n_layer", &s.n_layer, 1, 1024);
+  v.Int("n_head", &s.n_head, 1, 1024);
+  v.Int("n_kv_head", &s.n_kv_head, 0, 1024);
+  v.Int("n_embd", &s.n_embd, 1, 65536);
+  v.Int("intermediate_size", &s.intermediate_size, 0, kMaxWidth);
+  v.DoubleAbove("rope_theta", &s.rope_theta, 0, 1e9);
+  v.DoubleAbove("rms_norm_eps", &s.rms_norm_eps, 0, 1);
+  v.Bool("tie_word_embeddings", &s.tie_word_embeddings);
+}
+
+template <typename V>
+void VisitGraph(V& v, GraphSpec& s) {
+  v.Message("input", true, [&](V& m) {
+    m.String("name", &s.input.name);
+    m.Choice("dtype", &s.input.dtype, {"float32", "int64"});
+    m.IntList("shape", &s.input.shape, 1, kMaxWidth);
+  });
+  v.MessageList("blocks", &s.blocks, [](V& m, GraphBlockSpec& b) {
+    m.String("name", &b.name);
+    m.String("input", &b.input);
+    m.MessageList("nodes", &b.nodes, [](V& n, GraphNodeSpec& node) { VisitGraphNode(n, node); });
+    m.String("output", &b.output);
+  });
+  v.MessageList("nodes", &s.nodes, [](V& n, GraphNodeSpec& node) { VisitGraphNode(n, node); });
+  v.String("output", &s.output);
+}
+
+template <typename V>
 void VisitModel(V& v, ModelSpec& s) {
-  v.OneOf(&s.arch, {"mlp", "cnn", "resnet", "gpt"}, /*required=*/true);
+  v.OneOf(&s.arch, {"mlp", "cnn", "resnet", "gpt", "llama", "graph"}, /*required=*/true);
   v.Message("mlp", s.arch == "mlp", [&](V& m) { VisitMlp(m, s.mlp); });
   v.Message("cnn", s.arch == "cnn", [&](V& m) { VisitCnn(m, s.cnn); });
   v.Message("resnet", s.arch == "resnet", [&](V& m) { VisitResNet(m, s.resnet); });
   v.Message("gpt", s.arch == "gpt", [&](V& m) { VisitGpt(m, s.gpt); });
+  v.Message("llama", s.arch == "llama", [&](V& m) { VisitLlama(m, s.llama); });
+  v.Message("graph", s.arch == "graph", [&](V& m) { VisitGraph(m, s.graph); });
 }
 
 template <typename V>
@@ -87,7 +152,8 @@ void VisitData(V& v, DataSpec& s) {
   });
   v.Message("text", s.source == "text", [&](V& m) {
     m.String("path", &s.text.path);
-    m.Choice("vocabulary", &s.text.vocabulary, {"char", "byte"});
+    m.Choice("vocabulary", &s.text.vocabulary, {"char", "byte", "bpe"});
+    m.String("tokenizer", &s.text.tokenizer);
     m.Double("eval_fraction", &s.text.eval_fraction, 0, 0.5);
   });
   v.Message("tokens", s.source == "tokens", [&](V& m) {

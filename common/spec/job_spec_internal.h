@@ -8,6 +8,7 @@
 
 #include "common/json.h"
 #include "common/spec/job_spec.h"
+#include "common/spec/model_graph.h"
 
 namespace trainyard::spec::internal {
 
@@ -52,6 +53,9 @@ struct FieldRule {
 // Every field of the spec, in the order the reader visits them (job_spec_schema.cc), for the
 // test that proves them equal to job.proto's fields and options.
 std::vector<FieldRule> DescribeFields();
+
+// Checks a model graph (model_graph.cc), appending its problems; fills `out` when none.
+void CheckGraph(const GraphSpec& graph, Problems* problems, CompiledGraph* out);
 
 // Appends a line for each broken rule that relates two fields, or a field and the data it
 // describes (job_spec_rules.cc). A field that already has a problem is not checked again.

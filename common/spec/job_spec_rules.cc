@@ -204,6 +204,45 @@ void CheckModel(const JobSpec& s, Problems* problems) {
     add("model.gpt.n_head", std::to_string(m.gpt.n_head),
         "must divide model.gpt.n_embd = " + std::to_string(m.gpt.n_embd));
   }
+  const LlamaSpec& l = m.llama;
+  if (m.arch == "llama" && !HasProblem(*problems, "model.llama")) {
+    if (l.n_embd % l.n_head != 0 || (l.n_embd / l.n_head) % 2 != 0) {
+      add("model.llama.n_head", std::to_string(l.n_head),
+          "must divide model.llama.n_embd = " + std::to_string(l.n_embd) +
+              " into heads of an even size (rotary embeddings turn pairs)");
+    }
+    if (l.n_kv_head > 0 && l.n_head % l.n_kv_head != 0) {
+      add("model.llama.n_kv_head", std::to_string(l.n_kv_head),
+          "must divide model.llama.n_head = " + std::to_string(l.n_head));
+    }
+  }
+}
+
+// What a graph's input and output must be for the data source (a CSV file's columns and a text's
+// vocabulary are checked when the data is loaded).
+void CheckGraphFitsData(const JobSpec& s, const CompiledGraph& g, Problems* problems) {
+  auto add_field = FieldAdder(problems);
+  const std::string& src = s.data.source;
+  const std::string input = g.input.ToString() + (g.input.int64 ? " int64" : " float32");
+  if ((src == "text" || src == "tokens") && (!g.input.int64 || g.input.dims.size() != 1)) {
+    add_field("model.graph.input", "is " + input + "; data." + src +
+                                       " feeds int64 token windows (B, T): set dtype int64 "
+                                       "and shape [T]");
+  } else if (src == "csv" && (g.input.int64 || g.input.dims.size() != 1)) {
+    add_field("model.graph.input",
+              "is " + input + "; data.csv feeds float32 rows (B, features): shape [features]");
+  } else if (src == "fashion_mnist") {
+    const ValueShape& out = g.shape_of(g.output);
+    if (g.input.int64 || (g.input.dims != std::vector<int64_t>{1, 28, 28} &&
+                          g.input.dims != std::vector<int64_t>{784})) {
+      add_field("model.graph.input", "is " + input +
+                                         "; data.fashion_mnist feeds float32 images: shape "
+                                         "[1, 28, 28] or [784]");
+    } else if (out.dims != std::vector<int64_t>{10}) {
+      add_field("model.graph.output",
+                "is " + out.ToString() + "; data.fashion_mnist has 10 classes: (B, 10)");
+    }
+  }
 }
 
 // Which models each data source feeds, and what each source requires.
@@ -212,13 +251,18 @@ void CheckModelFitsData(const JobSpec& s, Problems* problems) {
   auto add_field = FieldAdder(problems);
   const ModelSpec& m = s.model;
   const std::string& src = s.data.source;
-  if (!m.arch.empty() && !src.empty()) {
+  if (m.arch == "graph") {
+    CompiledGraph g;
+    if (!HasProblem(*problems, "model.graph")) CheckGraph(m.graph, problems, &g);
+    if (!HasProblem(*problems, "model.graph") && !src.empty()) CheckGraphFitsData(s, g, problems);
+  } else if (!m.arch.empty() && !src.empty()) {
     bool text = src == "text" || src == "tokens";
-    if (text != (m.arch == "gpt")) {
-      add_field("model." + m.arch, "cannot train on data." + src + " (" +
-                                       (text ? "text data needs model.gpt"
-                                             : "model.gpt needs data.text or data.tokens") +
-                                       ")");
+    if (text != (m.arch == "gpt" || m.arch == "llama")) {
+      add_field("model." + m.arch,
+                "cannot train on data." + src + " (" +
+                    (text ? "text data needs model.gpt, model.llama or a graph of token ids"
+                          : "model." + m.arch + " needs data.text or data.tokens") +
+                    ")");
     } else if (src == "csv" && m.arch != "mlp") {
       add_field("model." + m.arch, "cannot train on data.csv (tabular data needs model.mlp)");
     } else if (src == "fashion_mnist") {
@@ -250,6 +294,11 @@ void CheckModelFitsData(const JobSpec& s, Problems* problems) {
     }
   }
   if (src == "text" && s.data.text.path.empty()) add_field("data.text.path", "required");
+  if (src == "text" && (s.data.text.vocabulary == "bpe") == s.data.text.tokenizer.empty()) {
+    add_field("data.text.tokenizer", s.data.text.tokenizer.empty()
+                                         ? "required with vocabulary \"bpe\""
+                                         : "needs vocabulary \"bpe\"");
+  }
   if (src == "tokens" && s.data.tokens.path.empty()) add_field("data.tokens.path", "required");
   if (src == "csv" && s.data.csv.path.empty()) add_field("data.csv.path", "required");
   if (src == "fashion_mnist" && s.data.fashion_mnist.dir.empty()) {

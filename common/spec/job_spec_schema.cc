@@ -39,6 +39,17 @@ class Describer {
   void IntList(const char* name, std::vector<int64_t>* v, int64_t lo, int64_t hi) {
     Add(name, Json::Array(Json::Items(v->begin(), v->end())), IntRange(lo, hi));
   }
+  void StringList(const char* name, std::vector<std::string>* v) {
+    Add(name, Json::Array(Json::Items(v->begin(), v->end())), "");
+  }
+  // A list's entries are described once, at "name[]".
+  template <typename T, typename F>
+  void MessageList(const char* name, std::vector<T>*, const F& visit) {
+    out_->push_back({Path(name), /*message=*/true, Json(), "", {}});
+    T item;
+    Describer sub(Path(name) + "[]", out_);
+    visit(sub, item);
+  }
   void Message(const char* name, bool /*selected*/, const std::function<void(Describer&)>& visit) {
     out_->push_back({Path(name), /*message=*/true, Json(), "", {}});
     Describer sub(Path(name), out_);

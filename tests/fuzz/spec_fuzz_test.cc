@@ -141,7 +141,9 @@ TEST(SpecFuzzTest, JsonMutantsAreReadOrRefusedAndDumpBackExactly) {
     ASSERT_TRUE(ValidatesCleanly(*json, &valid)) << "mutant " << i << ": " << Excerpt(text);
   }
   EXPECT_GT(read, kJsonMutants / 20);  // JSON has less slack than YAML
-  EXPECT_GT(valid, kJsonMutants / 100);
+  // Fewer than YAML's: half the seeds are examples/graph-*.yaml, whose nodes name each other,
+  // so a mutation seldom leaves them valid.
+  EXPECT_GT(valid, kJsonMutants / 200);
   std::printf("Json::Parse read %d mutants (%d valid specs) and refused the rest\n", read, valid);
 }
 

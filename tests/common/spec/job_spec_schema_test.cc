@@ -207,7 +207,8 @@ void ExpectSameRules(const ProtoMessages& proto, const std::string& message,
     const bool is_message = proto.count(f.type) > 0;
     EXPECT_EQ(rule.message, is_message) << at;
     if (is_message) {
-      ExpectSameRules(proto, f.type, at, rules);
+      // A list's entries are described once, at "path[]".
+      ExpectSameRules(proto, f.type, f.label == "repeated" ? at + "[]" : at, rules);
       continue;
     }
     const Json want = DefaultOf(f);
@@ -241,7 +242,8 @@ TEST(JobSpecSchemaTest, ReaderAndProtoStateTheSameDefaultsRangesAndAllowedValues
 TEST(JobSpecSchemaTest, OutOfRangeErrorsNameTheProtosRange) {
   int checked = 0;
   for (const FieldRule& rule : internal::DescribeFields()) {
-    if (rule.range.empty()) continue;
+    // Fields inside lists of messages are checked by model_graph_test.cc.
+    if (rule.range.empty() || rule.path.find("[]") != std::string::npos) continue;
     const bool open_below = rule.range[0] == '>';
     const double lo = std::strtod(rule.range.c_str() + (open_below ? 3 : 1), nullptr);
     const Json below = rule.default_value.is_number() && !rule.default_value.is_integer()
@@ -289,7 +291,7 @@ void ExpectSameFields(const ProtoMessages& proto, const std::string& message,
   EXPECT_EQ(AllowedAt(path), want) << "message " << message << " at '" << path << "'";
   ++*checked;
   for (const ProtoField& f : proto.at(message)) {
-    if (proto.count(f.type)) {
+    if (proto.count(f.type) && f.label != "repeated") {
       ExpectSameFields(proto, f.type, path.empty() ? f.name : path + "." + f.name, checked);
     }
   }

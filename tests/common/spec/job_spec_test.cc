@@ -195,8 +195,9 @@ TEST(JobSpecTest, NamesMissingRequiredParts) {
   EXPECT_THAT(ProblemsOf(json), HasSubstr("model: required: set one of mlp, cnn, resnet, gpt"));
   SetPath(&json, "model.mlp", Json::Object({{"sizes", Json::Array({784, 10})}}));
   SetPath(&json, "model.cnn", Json::Object());
-  EXPECT_THAT(ProblemsOf(json),
-              HasSubstr("model: set only one of mlp, cnn, resnet, gpt (found mlp and cnn)"));
+  EXPECT_THAT(
+      ProblemsOf(json),
+      HasSubstr("model: set only one of mlp, cnn, resnet, gpt, llama, graph (found mlp and cnn)"));
 }
 
 TEST(JobSpecTest, UnknownFieldsAreErrorsWithASuggestion) {
