@@ -21,6 +21,7 @@
 #include "client/train_preflight.h"
 #include "common/json.h"
 #include "common/signals.h"
+#include "common/spec/model_graph.h"
 #include "kernels/cpu/parallel.h"
 #include "worker/dist/process_group.h"
 #include "worker/dist/store.h"
@@ -449,8 +450,13 @@ int Train(const TrainArgs& a, const spec::JobSpec& spec, std::shared_ptr<dist::P
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()), 1);
   const trainer::Trainer& t = **trainer;
   const int ranks = spec.parallelism.world_size;
+  std::string flops;
+  if (std::optional<spec::GraphSpec> graph = spec::ModelGraph(spec.model, t.data().num_classes)) {
+    StatusOr<spec::CompiledGraph> g = spec::CompileGraph(*graph);
+    if (g.ok()) flops = ", " + Grouped(g->flops_per_sample) + " forward FLOPs per sample";
+  }
   progress.Note(spec.name + ": " + spec.model.arch + " (" +
-                Grouped(static_cast<double>(t.num_parameters())) + " parameters) on " +
+                Grouped(static_cast<double>(t.num_parameters())) + " parameters" + flops + ") on " +
                 t.data().description + "; " + std::to_string(t.total_steps()) + " steps of " +
                 std::to_string(spec.batch_size) +
                 (ranks > 1 ? " x " + std::to_string(ranks) + " ranks" : "") + ", " +

@@ -111,6 +111,87 @@ TEST(ServiceTest, LocalTrainsPipelineStagesAndZeroThreeAsOneProcessDoes) {
   }
 }
 
+// Models users define: a GPT and a LLaMA-style decoder, each written as a graph, train on two
+// local workers to the evaluation loss of one `trainyard train` process with the same global batch.
+TEST(ServiceTest, LocalTrainsGptAndLlamaGraphsAsOneProcessDoes) {
+  TempDir dir;
+  const std::string common =
+      "data: {text: {path: " + kSource +
+      "/data/kjv.txt, vocabulary: char, eval_fraction: 0.01}, num_workers: 0}\n"
+      "optimizer: {adamw: {lr: 0.001}}\nbatch_size: 8\nsteps: 12\nseed: 3\n"
+      "eval: {max_batches: 1, batch_size: 8}\nparallelism: {grad_accumulation_steps: 2}\n";
+  const std::string graph =
+      "name: graph\nmodel:\n  graph:\n    input: {name: idx, dtype: int64, shape: [16]}\n"
+      "    blocks:\n      - name: block\n        nodes:\n"
+      "          - {name: ln_1, op: layer_norm, inputs: [x]}\n"
+      "          - {name: attn.c_attn, op: linear, inputs: [ln_1], out_features: 96}\n"
+      "          - {name: attn.sdpa, op: attention, inputs: [attn.c_attn], heads: 2, causal: "
+      "true}\n"
+      "          - {name: attn.c_proj, op: linear, inputs: [attn.sdpa], out_features: 32}\n"
+      "          - {name: out, op: add, inputs: [x, attn.c_proj]}\n"
+      "    nodes:\n"
+      "      - {name: wte, op: embedding, inputs: [idx], num_embeddings: 128, embedding_dim: 32}\n"
+      "      - {name: wpe, op: position_embedding, inputs: [idx], num_embeddings: 16, "
+      "embedding_dim: 32}\n"
+      "      - {name: sum, op: add, inputs: [wte, wpe]}\n"
+      "      - {name: h, op: block, block: block, repeat: 2, inputs: [sum]}\n"
+      "      - {name: ln_f, op: layer_norm, inputs: [h]}\n"
+      "      - {name: lm_head, op: linear, inputs: [ln_f], share: wte, bias: false}\n";
+  // LLaMA's layer (examples/graph-kjv-llama.yaml), 32 wide: RMSNorm, rotary, 4 query heads
+  // over 2 key/value heads, SwiGLU.
+  const std::string llama =
+      "name: llama\nmodel:\n  graph:\n    input: {name: ids, dtype: int64, shape: [16]}\n"
+      "    blocks:\n      - name: layer\n        output: out\n        nodes:\n"
+      "          - {name: q, op: linear, inputs: [norm1], out_features: 32, bias: false}\n"
+      "          - {name: k, op: linear, inputs: [norm1], out_features: 16, bias: false}\n"
+      "          - {name: v, op: linear, inputs: [norm1], out_features: 16, bias: false}\n"
+      "          - {name: q_rot, op: rotary, inputs: [q], heads: 4}\n"
+      "          - {name: k_rot, op: rotary, inputs: [k], heads: 2}\n"
+      "          - {name: attn, op: attention, inputs: [q_rot, k_rot, v], heads: 4, kv_heads: 2, "
+      "causal: true}\n"
+      "          - {name: o, op: linear, inputs: [attn], out_features: 32, bias: false}\n"
+      "          - {name: h, op: add, inputs: [x, o]}\n"
+      "          - {name: gate, op: linear, inputs: [norm2], out_features: 64, bias: false}\n"
+      "          - {name: up, op: linear, inputs: [norm2], out_features: 64, bias: false}\n"
+      "          - {name: act, op: silu, inputs: [gate]}\n"
+      "          - {name: gated, op: mul, inputs: [act, up]}\n"
+      "          - {name: down, op: linear, inputs: [gated], out_features: 32, bias: false}\n"
+      "          - {name: out, op: add, inputs: [h, down]}\n"
+      "          - {name: norm1, op: rms_norm, inputs: [x]}\n"
+      "          - {name: norm2, op: rms_norm, inputs: [h]}\n"
+      "    nodes:\n"
+      "      - {name: embed, op: embedding, inputs: [ids], num_embeddings: 128, embedding_dim: "
+      "32}\n"
+      "      - {name: layers, op: block, block: layer, repeat: 2, inputs: [embed]}\n"
+      "      - {name: norm, op: rms_norm, inputs: [layers]}\n"
+      "      - {name: lm_head, op: linear, inputs: [norm], out_features: 128, bias: false}\n";
+  for (const std::string& model : {graph, llama}) {
+    const std::string name = model.substr(6, model.find('\n') - 6);
+    SCOPED_TRACE(name);
+    const std::string spec = dir.File(name + ".yaml");
+    std::ofstream(spec) << model << common;
+    testing::ProcessResult one =
+        testing::RunProcess({kTrainyard, "train", spec, "--quiet", "-o", "json", "--set",
+                             "checkpoint.dir=" + dir.File("one-" + name)},
+                            std::chrono::minutes(2));
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    StatusOr<Json> want = Json::Parse(one.out);
+    ASSERT_TRUE(want.ok()) << one.out;
+    const double want_loss = want->Find("eval")->Find("loss")->number_value();
+    testing::ProcessResult r =
+        testing::RunProcess({kTrainyard, "local", spec, "--workers", "2", "-o", "json",
+                             "--state-dir", dir.File("state-" + name), "--set",
+                             "checkpoint.dir=" + dir.File("runs-" + name), "--set", "batch_size=4"},
+                            std::chrono::minutes(3));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    StatusOr<Json> job = Json::Parse(r.out);
+    ASSERT_TRUE(job.ok()) << r.out;
+    EXPECT_EQ(job->Find("state")->string_value(), "SUCCEEDED");
+    EXPECT_EQ(job->Find("world_size")->int_value(), 2);
+    EXPECT_NEAR(job->Find("last_eval")->Find("loss")->number_value(), want_loss, 1e-5 * want_loss);
+  }
+}
+
 TEST(ServiceTest, MetricsReachWatchJobAndEveryMetricsEndpoint) {
   TempDir dir;
   Cluster cluster(dir.path(), {});

@@ -15,6 +15,7 @@
 #include "common/durable_file.h"
 #include "common/logging.h"
 #include "worker/tensor/safetensors.h"
+#include "worker/trainer/pytorch_layouts.h"
 
 namespace trainyard::trainer {
 namespace {
@@ -349,6 +350,11 @@ Status InitFromWeights(const std::string& path, nn::Module* model) {
     file = path + "/" + manifest.model_file;
   }
   ASSIGN_OR_RETURN(SafetensorsFile weights, LoadSafetensors(file));
+  std::string note;
+  weights.tensors = FromPyTorchLayouts(std::move(weights.tensors), *model, &note);
+  if (!note.empty()) {
+    TY_LOG(INFO) << "init_from " << file << ": " << note;
+  }
   return LoadWeights(file, weights, model);
 }
 

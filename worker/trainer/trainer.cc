@@ -8,6 +8,7 @@
 #include "worker/autograd/autocast.h"
 #include "worker/data/device_copier.h"
 #include "worker/data/sampler.h"
+#include "worker/nn/graph.h"
 #include "worker/nn/zoo.h"
 #include "worker/ops/loss.h"
 #include "worker/ops/views.h"
@@ -147,16 +148,22 @@ StatusOr<bool> Trainer::LoadData() {
 }
 
 Status Trainer::BuildModel() {
-  if (spec_.model.arch == "gpt" && spec_.model.gpt.vocab_size > 0 &&
-      spec_.model.gpt.vocab_size < data_.num_classes) {
-    return InvalidArgumentError(
-        "model.gpt.vocab_size = " + std::to_string(spec_.model.gpt.vocab_size) +
-        ": smaller than the data's vocabulary of " + std::to_string(data_.num_classes) +
-        " tokens (0 takes the data's)");
+  const int64_t vocab = spec_.model.arch == "gpt"     ? spec_.model.gpt.vocab_size
+                        : spec_.model.arch == "llama" ? spec_.model.llama.vocab_size
+                                                      : 0;
+  if (vocab > 0 && vocab < data_.num_classes) {
+    return InvalidArgumentError("model." + spec_.model.arch + ".vocab_size = " +
+                                std::to_string(vocab) + ": smaller than the data's vocabulary of " +
+                                std::to_string(data_.num_classes) + " tokens (0 takes the data's)");
   }
-  nn::ModelConfigs configs = ModelConfigsOf(spec_.model, data_.num_classes);
-  configs.gpt.activation_checkpointing = spec_.parallelism.activation_checkpointing;
-  ASSIGN_OR_RETURN(model_, nn::BuildModel(spec_.model.arch, configs, &gen_));
+  if (std::optional<spec::GraphSpec> graph = spec::ModelGraph(spec_.model, data_.num_classes)) {
+    ASSIGN_OR_RETURN(model_, nn::BuildGraph(*graph, &gen_));
+    RETURN_IF_ERROR(CheckGraphClasses());
+  } else {
+    nn::ModelConfigs configs = ModelConfigsOf(spec_.model, data_.num_classes);
+    configs.gpt.activation_checkpointing = spec_.parallelism.activation_checkpointing;
+    ASSIGN_OR_RETURN(model_, nn::BuildModel(spec_.model.arch, configs, &gen_));
+  }
   // Built (and initialised from the seed) on the CPU, so every device starts from the same
   // weights; then moved, before the optimizer takes its handles.
   RETURN_IF_ERROR(model_->To(device_));
@@ -176,6 +183,27 @@ Status Trainer::BuildModel() {
   return OkStatus();
 }
 
+Status Trainer::CheckGraphClasses() const {
+  const spec::CompiledGraph& g = static_cast<const nn::GraphModel&>(*model_).graph();
+  for (const spec::GraphOp& op : g.ops) {
+    if (op.node.op == "embedding" && op.inputs[0] == 0 &&
+        op.node.num_embeddings < data_.num_classes) {
+      return InvalidArgumentError(
+          op.where + ".num_embeddings = " + std::to_string(op.node.num_embeddings) +
+          ": fewer than the data's " + std::to_string(data_.num_classes) + " tokens");
+    }
+  }
+  const int64_t classes = g.shape_of(g.output).dims.back();
+  if (classes < data_.num_classes) {
+    return InvalidArgumentError("model.graph: the output " + g.shape_of(g.output).ToString() +
+                                " has " + std::to_string(classes) +
+                                " classes, fewer than the data's " +
+                                std::to_string(data_.num_classes) +
+                                (spec::SequenceLength(spec_.model) > 0 ? " tokens" : " classes"));
+  }
+  return OkStatus();
+}
+
 void Trainer::OpenCheckpointWriter() {
   if (rank_ == 0 && checkpoints_ && spec_.checkpoint.async && !writer_) {
     writer_ = std::make_unique<AsyncCheckpointWriter>(checkpoints_.get());
@@ -190,7 +218,7 @@ Status Trainer::OpenCheckpointDir(bool save_vocabulary) {
   // Before anything is resumed or written: a stale attempt stops here.
   if (rank_ == 0) RETURN_IF_ERROR(checkpoints_->RaiseFence());
   OpenCheckpointWriter();
-  if (spec_.data.source != "text" || !save_vocabulary || rank_ != 0) return OkStatus();
+  if (!data_.vocabulary || !save_vocabulary || rank_ != 0) return OkStatus();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return InvalidArgumentError("checkpoint.dir: cannot create " + dir + ": " + ec.message());

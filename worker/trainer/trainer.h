@@ -291,7 +291,8 @@ class Trainer {
   // Init's parts, in order. LoadData returns whether a text run's vocabulary came from
   // checkpoint.dir (else OpenCheckpointDir saves the data's there, on rank 0).
   StatusOr<bool> LoadData();
-  Status BuildModel();  // model_ on device_, and update_ over its parameters
+  Status BuildModel();               // model_ on device_, and update_ over its parameters
+  Status CheckGraphClasses() const;  // a graph's output covers the data's classes
   Status OpenCheckpointDir(bool save_vocabulary);
   std::string VocabularyPath() const;  // in checkpoint.dir; "" without one
   Status MakeLoaders();

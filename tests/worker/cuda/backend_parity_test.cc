@@ -143,6 +143,12 @@ TEST_P(BackendParityTest, TinyGptTrainingStepsMatchTheCpu) {
   ExpectGptTrainsAsOnTheCpu(backend(), 0);
 }
 
+TEST_P(BackendParityTest, TinyLlamaTrainingStepsMatchTheCpu) {
+  EXPECT_EQ(
+      CompareTinyLlamaTraining(kCuda, backend().GptLossTolerance(), backend().GptParamTolerance()),
+      "");
+}
+
 TEST_P(BackendParityTest, TinyGptWithDropoutTrainingStepsMatchTheCpu) {
   ExpectGptTrainsAsOnTheCpu(backend(), 0.1);
 }

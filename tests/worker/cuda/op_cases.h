@@ -12,11 +12,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "worker/nn/module.h"
 #include "worker/tensor/factories.h"
 #include "worker/tensor/tensor.h"
 
@@ -104,6 +106,15 @@ std::string CompareResults(const CaseResult& got, const CaseResult& want, double
 // vocabulary of 1029 gives it a head whose rows a device pads (ops::Linear, Note [Padded rows]).
 CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed,
                         int64_t vocab = 11);
+
+// `steps` AdamW steps of `model` on `device` on random tokens (seed + 1) of `vocab`: the losses,
+// then the trained parameters.
+CaseResult TrainTinyModel(Device device, const std::shared_ptr<nn::Module>& model, int steps,
+                          uint64_t seed, int64_t vocab);
+
+// Three steps of a tiny model.llama (spec::LlamaGraph) on `device` against the CPU, as
+// CompareTinyGptTraining compares the GPT's.
+std::string CompareTinyLlamaTraining(Device device, double loss_rtol, double rtol);
 
 // TrainTinyGpt's three steps on `device` against the CPU (seed 4242): "" when the losses agree
 // within loss_rtol, the parameters within rtol (CompareResults) and the loss falls; else what

@@ -3,9 +3,11 @@
 #include <limits>
 #include <memory>
 
+#include "common/spec/model_graph.h"
 #include "tests/worker/cuda/op_cases.h"
 #include "worker/autograd/engine.h"
 #include "worker/nn/gpt.h"
+#include "worker/nn/graph.h"
 #include "worker/nn/norm.h"
 #include "worker/ops/activation.h"
 #include "worker/ops/attention.h"
@@ -315,6 +317,36 @@ std::string CompareTinyGptTraining(Device device, double dropout, int64_t vocab,
 CaseResult TrainTinyGpt(Device device, double dropout, int steps, uint64_t seed, int64_t vocab) {
   Generator gen(seed);  // weights and dropout; outlives the model
   auto model = std::make_shared<nn::Gpt>(nn::GptConfig{vocab, 8, 2, 2, 16, dropout, true}, &gen);
+  return TrainTinyModel(device, model, steps, seed, vocab);
+}
+
+// A tiny model.llama: rotary embeddings, grouped-query attention (2 query heads per key
+// head), RMSNorm, a SwiGLU MLP and an untied head.
+CaseResult TrainTinyLlama(Device device, int steps, uint64_t seed) {
+  spec::LlamaSpec l;
+  l.vocab_size = 11, l.context = 8, l.n_layer = 2, l.n_head = 4, l.n_kv_head = 2, l.n_embd = 16;
+  l.intermediate_size = 24;
+  StatusOr<spec::CompiledGraph> graph = spec::CompileGraph(spec::LlamaGraph(l, 0));
+  TY_CHECK(graph.ok()) << graph.status().message();
+  Generator gen(seed);
+  auto model = std::make_shared<nn::GraphModel>(*graph, &gen);
+  return TrainTinyModel(device, model, steps, seed, l.vocab_size);
+}
+
+std::string CompareTinyLlamaTraining(Device device, double loss_rtol, double rtol) {
+  const CaseResult want = TrainTinyLlama(Device::Cpu(), 3, 4242);
+  const CaseResult got = TrainTinyLlama(device, 3, 4242);
+  if (got.size() != want.size()) return "the runs differ in what they return";
+  std::string diff = CompareResults(CaseResult(got.begin(), got.begin() + 3),
+                                    CaseResult(want.begin(), want.begin() + 3), loss_rtol);
+  if (diff.empty()) diff = CompareResults(got, want, rtol);
+  if (diff.empty() && !(got[2].second.item() < got[0].second.item()))
+    diff = "the loss did not fall";
+  return diff;
+}
+
+CaseResult TrainTinyModel(Device device, const std::shared_ptr<nn::Module>& model, int steps,
+                          uint64_t seed, int64_t vocab) {
   const Status moved = model->To(device);
   TY_CHECK(moved.ok()) << moved.message();
   // eps 1e-4, not 1e-8: gradients that are zero up to rounding (the key bias's; softmax ignores

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "tests/testing/golden.h"
+#include "tests/testing/graph_specs.h"
 #include "worker/autograd/engine.h"
+#include "worker/nn/graph.h"
 #include "worker/nn/zoo.h"
 #include "worker/ops/loss.h"
 #include "worker/ops/views.h"
@@ -192,6 +194,48 @@ TEST(TrainingParityTest, TiedGptWithAdamWFollowsTorchFor50Steps) {
   const GoldenCase* data = TrainingCase("gpt");
   ASSERT_NE(data, nullptr);
   ExpectLossesMatchTorch("gpt", *BuildTestGpt(), GptBatches(*data), "adamw", MakeAdamW());
+}
+
+// The same runs with the models written as graphs (model.graph, tests/testing/graph_specs.h):
+// the same state dict names in the same order, and the same losses as PyTorch's.
+std::shared_ptr<nn::Module> BuildGraph(const std::string& json) {
+  auto model = nn::BuildGraph(trainyard::testing::GraphOf(json));
+  TY_CHECK(model.ok()) << model.status();
+  return std::move(model).value();
+}
+
+std::vector<std::string> Names(const nn::Module& m) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : m.StateDict()) names.push_back(name);
+  return names;
+}
+
+TEST(TrainingParityTest, GraphsHaveTheZooModelsStateDictNamesInOrder) {
+  EXPECT_EQ(Names(*BuildGraph(trainyard::testing::GptGraphJson(13, 8, 2, 2, 16))),
+            Names(*BuildTestGpt()));
+  EXPECT_EQ(Names(*BuildGraph(trainyard::testing::MlpGraphJson({64, 32, 10}))),
+            Names(*BuildTestMlp()));
+}
+
+TEST(TrainingParityTest, MlpGraphWithSgdMomentumFollowsTorchFor50Steps) {
+  const GoldenCase* data = TrainingCase("mlp");
+  ASSERT_NE(data, nullptr);
+  ExpectLossesMatchTorch("mlp", *BuildGraph(trainyard::testing::MlpGraphJson({64, 32, 10})),
+                         MlpBatches(*data), "sgd", MakeSgd());
+}
+
+TEST(TrainingParityTest, TiedGptGraphWithAdamWFollowsTorchFor50Steps) {
+  const GoldenCase* data = TrainingCase("gpt");
+  ASSERT_NE(data, nullptr);
+  ExpectLossesMatchTorch("gpt", *BuildGraph(trainyard::testing::GptGraphJson(13, 8, 2, 2, 16)),
+                         GptBatches(*data), "adamw", MakeAdamW());
+}
+
+TEST(TrainingParityTest, TiedGptGraphWithSgdMomentumFollowsTorchFor50Steps) {
+  const GoldenCase* data = TrainingCase("gpt");
+  ASSERT_NE(data, nullptr);
+  ExpectLossesMatchTorch("gpt", *BuildGraph(trainyard::testing::GptGraphJson(13, 8, 2, 2, 16)),
+                         GptBatches(*data), "sgd", MakeSgd());
 }
 
 }  // namespace
