@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "client/format.h"
 #include "client/service_commands.h"
 #include "client/spec_file.h"
 #include "client/watch_printer.h"
@@ -171,6 +172,7 @@ class Local {
     }
     const bool json = f_.Get("output") == "json";
     const bool quiet = f_.On("quiet");
+    if (!quiet) PrintGraphSize(*spec);
     if (!quiet) {
       std::fprintf(stderr,
                    "trainyard local: job %s on %lld worker%s (coordinator %s, metrics "
@@ -259,6 +261,16 @@ class Local {
       }
       std::this_thread::sleep_for(50ms);
     }
+  }
+
+  // A model graph's size, as `trainyard train` prints it (the coordinator has checked it).
+  static void PrintGraphSize(const Json& json) {
+    StatusOr<spec::JobSpec> spec = spec::ParseJobSpec(json);
+    if (!spec.ok() || spec->model.arch != "graph") return;
+    StatusOr<spec::CompiledGraph> g = spec::CompileGraph(spec->model.graph);
+    if (!g.ok()) return;
+    std::fprintf(stderr, "trainyard local: %s: graph (%s parameters, %s)\n", spec->name.c_str(),
+                 Grouped(static_cast<double>(g->parameters)).c_str(), FlopsPerSample(*g).c_str());
   }
 
   static void PrintSummary(const v1::Job& j) {

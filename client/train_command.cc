@@ -76,18 +76,6 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
-// 1234567.8 -> "1,234,568"
-std::string Grouped(double v) {
-  if (!std::isfinite(v)) return "n/a";
-  std::string digits = std::to_string(static_cast<long long>(std::llround(v)));
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 // 1536 -> "1.5 KiB", 3 << 30 -> "3.0 GiB".
 std::string Bytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -453,7 +441,7 @@ int Train(const TrainArgs& a, const spec::JobSpec& spec, std::shared_ptr<dist::P
   std::string flops;
   if (std::optional<spec::GraphSpec> graph = spec::ModelGraph(spec.model, t.data().num_classes)) {
     StatusOr<spec::CompiledGraph> g = spec::CompileGraph(*graph);
-    if (g.ok()) flops = ", " + Grouped(g->flops_per_sample) + " forward FLOPs per sample";
+    if (g.ok()) flops = ", " + FlopsPerSample(*g);
   }
   progress.Note(spec.name + ": " + spec.model.arch + " (" +
                 Grouped(static_cast<double>(t.num_parameters())) + " parameters" + flops + ") on " +

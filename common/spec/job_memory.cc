@@ -236,9 +236,9 @@ double GraphActivations(const ModelSpec& m, double n, bool train, int64_t vocab)
   double kept = 0, widest = 0;
   for (const GraphOp& op : g->ops) {
     double out = 4 * n * static_cast<double>(op.shape.numel());
-    if (op.node.op == "attention") {
-      const std::vector<int64_t>& d = op.shape.dims;
-      out += 4 * n * static_cast<double>(op.node.heads) * static_cast<double>(d[0] * d[0]);
+    if (op.node.op == "attention") {  // (heads, T, S) weights
+      const int64_t t = op.shape.dims[0], keys = g->shape_of(op.inputs.back()).dims[0];
+      out += 4 * n * static_cast<double>(op.node.heads) * static_cast<double>(t * keys);
     }
     kept += out;
     widest = std::max(widest, out + 4 * n * static_cast<double>(g->shape_of(op.inputs[0]).numel()));

@@ -224,15 +224,33 @@ void CheckGraphFitsData(const JobSpec& s, const CompiledGraph& g, Problems* prob
   auto add_field = FieldAdder(problems);
   const std::string& src = s.data.source;
   const std::string input = g.input.ToString() + (g.input.int64 ? " int64" : " float32");
-  if ((src == "text" || src == "tokens") && (!g.input.int64 || g.input.dims.size() != 1)) {
+  const ValueShape& out = g.shape_of(g.output);
+  // Batch norm in training needs more than one value per channel.
+  for (const GraphOp& op : g.ops) {
+    if (op.node.op != "batch_norm") continue;
+    const std::vector<int64_t>& d = g.shape_of(op.inputs[0]).dims;
+    if (static_cast<double>(s.batch_size) * static_cast<double>(d[1] * d[2]) <= 1) {
+      add_field("batch_size", std::to_string(s.batch_size) + " leaves " + op.where +
+                                  " (batch_norm) one value per channel of " +
+                                  g.shape_of(op.inputs[0]).ToString() + "; it needs more");
+      break;
+    }
+  }
+  const bool text = src == "text" || src == "tokens";
+  if (text && (!g.input.int64 || g.input.dims.size() != 1)) {
     add_field("model.graph.input", "is " + input + "; data." + src +
                                        " feeds int64 token windows (B, T): set dtype int64 "
                                        "and shape [T]");
+  } else if (text && (out.dims.size() != 2 || out.dims[0] != g.input.dims[0])) {
+    add_field("model.graph.output", "is " + out.ToString() + "; data." + src +
+                                        " needs logits for every position: (B, " +
+                                        std::to_string(g.input.dims[0]) + ", vocabulary)");
   } else if (src == "csv" && (g.input.int64 || g.input.dims.size() != 1)) {
     add_field("model.graph.input",
               "is " + input + "; data.csv feeds float32 rows (B, features): shape [features]");
+  } else if (src == "csv" && out.dims.size() != 1) {
+    add_field("model.graph.output", "is " + out.ToString() + "; data.csv needs (B, classes)");
   } else if (src == "fashion_mnist") {
-    const ValueShape& out = g.shape_of(g.output);
     if (g.input.int64 || (g.input.dims != std::vector<int64_t>{1, 28, 28} &&
                           g.input.dims != std::vector<int64_t>{784})) {
       add_field("model.graph.input", "is " + input +

@@ -17,7 +17,9 @@ namespace {
 using internal::Problem;
 using internal::Problems;
 
-constexpr int64_t kMaxRank = 8;
+constexpr int64_t kMaxRank = 7;  // one sample's dims; a tensor holds 8 with the batch
+constexpr size_t kMaxProblems = 100;
+constexpr double kMaxParameters = 1099511627776.0;  // 2^40, in one op and in all
 constexpr size_t kMaxOps = 100'000;
 constexpr double kMaxNumel = 1099511627776.0;  // 2^40 elements in one sample's value
 
@@ -197,7 +199,7 @@ class OpShaper {
     const int64_t d = dim < 0 ? dim + r : dim;
     if (d < 0 || d >= r || (s.batched && d == 0)) {
       *problem = n_.op + ": dim " + std::to_string(dim) + " is not a dimension of " + x().Text() +
-                 " other than the batch (B)";
+                 (s.batched ? " other than the batch (B)" : "");
       return -1;
     }
     return d - (s.batched ? 1 : 0);
@@ -226,7 +228,8 @@ class OpShaper {
     out() = *x().shape;
     out().dims.back() = outf;
     op_.weight = {outf, in};
-    op_.parameters = (shared_ ? 0 : in * outf) + (n_.bias ? outf : 0);
+    op_.parameters = Count(static_cast<double>(shared_ ? 0 : in) * static_cast<double>(outf) +
+                           (n_.bias ? static_cast<double>(outf) : 0));
     op_.flops = 2.0 * static_cast<double>(in) * static_cast<double>(outf) *
                 Elements(x().shape->dims) / static_cast<double>(in);
     return "";
@@ -249,7 +252,8 @@ class OpShaper {
       out().int64 = false;
       out().dims.push_back(n_.embedding_dim);
     }
-    op_.parameters = n_.num_embeddings * n_.embedding_dim;
+    op_.parameters =
+        Count(static_cast<double>(n_.num_embeddings) * static_cast<double>(n_.embedding_dim));
     op_.weight = {n_.num_embeddings, n_.embedding_dim};
     return "";
   }
@@ -454,12 +458,16 @@ class OpShaper {
     const int64_t channels = conv ? n_.out_channels : d[0];
     out() = {{channels, h, w}, true};
     if (conv) {
-      const int64_t weights = n_.out_channels * d[0] * k * k;
-      op_.parameters = weights + (n_.bias ? n_.out_channels : 0);
-      op_.flops = 2.0 * static_cast<double>(weights) * static_cast<double>(h * w);
+      const double weights = static_cast<double>(n_.out_channels) * static_cast<double>(d[0]) *
+                             static_cast<double>(k * k);
+      op_.parameters = Count(weights + (n_.bias ? static_cast<double>(n_.out_channels) : 0));
+      op_.flops = 2.0 * weights * static_cast<double>(h) * static_cast<double>(w);
     }
     return "";
   }
+
+  // A parameter count, or -1 beyond 2^40 (the compiler refuses it).
+  static int64_t Count(double n) { return n > kMaxParameters ? -1 : static_cast<int64_t>(n); }
 
   static std::vector<std::string> ToStrings(const std::vector<int64_t>& v) {
     std::vector<std::string> out;
@@ -501,10 +509,16 @@ class Compiler {
       if (g_.blocks[b].nodes.empty()) Add(where + ".nodes", "", "a block needs at least one node");
     }
     if (g_.nodes.empty()) Add("model.graph.nodes", "", "a graph needs at least one node");
+    size_t nodes = g_.nodes.size();
+    for (const GraphBlockSpec& b : g_.blocks) nodes += b.nodes.size();
+    if (nodes > kMaxOps) {
+      Add("model.graph", "", std::to_string(nodes) + " nodes; at most " + std::to_string(kMaxOps));
+    }
     if (problems_->size() != before) return;
     out->input = {in.shape, true, in.dtype == "int64"};
     std::map<std::string, int> outer = {{in.name, 0}};
     const std::optional<int> result = Scope(g_.nodes, "model.graph", "", outer, g_.output, -1, {});
+    CheckBlocksUsed();
     if (!result) return;
     out->output = *result;
     const ValueShape& shape = out->shape_of(*result);
@@ -514,9 +528,15 @@ class Compiler {
               " must be batched floating point values with dimensions after the batch");
     }
     CheckModules();
+    double parameters = 0;
     for (const GraphOp& op : out->ops) {
-      out->parameters += op.parameters;
+      parameters += static_cast<double>(op.parameters);
       out->flops_per_sample += op.flops;
+    }
+    if (parameters > kMaxParameters) {
+      Add("model.graph", "", "the graph holds more than 2^40 parameters");
+    } else {
+      out->parameters = static_cast<int64_t>(parameters);
     }
   }
 
@@ -526,10 +546,10 @@ class Compiler {
            " must be dotted words of letters, digits and underscores (as fc1 or transformer.wte)";
   }
 
+  // Records a problem once; after kMaxProblems of the graph's, the rest go unsaid.
   void Add(const std::string& where, const std::string& node, const std::string& what) {
     const std::string line = where + (node.empty() ? "" : " (" + node + ")") + ": " + what;
-    for (const Problem& p : *problems_)
-      if (p.line == line) return;
+    if (lines_.size() >= kMaxProblems || !lines_.insert(line).second) return;
     problems_->push_back({where, what, line});
   }
 
@@ -563,7 +583,11 @@ class Compiler {
         auto it = index.find(r);
         if (it != index.end()) {
           deps[i].push_back(it->second);
-        } else if (!outer.count(r) || r == nodes[i].share) {
+        } else if (r == nodes[i].share) {
+          Add(at + ".share", nodes[i].name,
+              "shares the weight of " + internal::Quote(r) + ", which is no node of this " +
+                  (in_block ? "block" : "graph") + " (an input has no weight)");
+        } else if (!outer.count(r)) {
           Add(at, nodes[i].name,
               "reads " + internal::Quote(r) + ", which is no node of this " +
                   (in_block ? "block" : "graph") + " (nor its input " + outer.begin()->first + ")");
@@ -571,30 +595,37 @@ class Compiler {
       }
     }
     if (problems_->size() != before) return std::nullopt;
-    // Depth-first, in the nodes' order: 0 unvisited, 1 on the path, 2 done.
+    // Depth-first, in the nodes' order, without recursion (a chain may be 100,000 long):
+    // 0 unvisited, 1 on the path, 2 done. path holds (node, next dependency to visit).
     std::vector<int> state(nodes.size(), 0);
-    std::vector<size_t> order, path;
-    std::function<bool(size_t)> visit = [&](size_t i) {
-      if (state[i] == 2) return true;
-      if (state[i] == 1) {
-        std::vector<std::string> cycle;
-        auto from = std::find(path.begin(), path.end(), i);
-        for (auto it = from; it != path.end(); ++it) cycle.push_back(nodes[*it].name);
-        cycle.push_back(nodes[i].name);
-        Add(where + ".nodes", "", "the graph has a cycle: " + Join(cycle, " -> "));
-        return false;
+    std::vector<size_t> order;
+    std::vector<std::pair<size_t, size_t>> path;
+    for (size_t root = 0; root < nodes.size(); ++root) {
+      if (state[root] != 0) continue;
+      state[root] = 1;
+      path.push_back({root, 0});
+      while (!path.empty()) {
+        auto& [i, next] = path.back();
+        if (next == deps[i].size()) {
+          state[i] = 2;
+          order.push_back(i);
+          path.pop_back();
+          continue;
+        }
+        const size_t d = deps[i][next++];
+        if (state[d] == 2) continue;
+        if (state[d] == 1) {
+          std::vector<std::string> cycle;
+          auto from = std::find_if(path.begin(), path.end(), [&](auto& e) { return e.first == d; });
+          for (auto it = from; it != path.end(); ++it) cycle.push_back(nodes[it->first].name);
+          cycle.push_back(nodes[d].name);
+          Add(where + ".nodes", "", "the graph has a cycle: " + Join(cycle, " -> "));
+          return std::nullopt;
+        }
+        state[d] = 1;
+        path.push_back({d, 0});
       }
-      state[i] = 1;
-      path.push_back(i);
-      for (size_t d : deps[i])
-        if (!visit(d)) return false;
-      path.pop_back();
-      state[i] = 2;
-      order.push_back(i);
-      return true;
-    };
-    for (size_t i = 0; i < nodes.size(); ++i)
-      if (!visit(i)) return std::nullopt;
+    }
     return order;
   }
 
@@ -634,6 +665,19 @@ class Compiler {
     }
   }
 
+  // A block no node runs would go unchecked: it is refused instead.
+  void CheckBlocksUsed() {
+    for (size_t b = 0; b < g_.blocks.size(); ++b) {
+      const bool used = std::any_of(g_.nodes.begin(), g_.nodes.end(), [&](const GraphNodeSpec& n) {
+        return n.op == "block" && n.block == g_.blocks[b].name;
+      });
+      if (!used) {
+        Add("model.graph.blocks[" + std::to_string(b) + "]", "",
+            "block " + g_.blocks[b].name + " is run by no node");
+      }
+    }
+  }
+
   int FindBlock(const std::string& name) const {
     for (size_t b = 0; b < g_.blocks.size(); ++b)
       if (g_.blocks[b].name == name) return static_cast<int>(b);
@@ -660,7 +704,9 @@ class Compiler {
     }
     const std::string& last = output.empty() ? nodes.back().name : output;
     if (!values.count(last) || outer.count(last)) {
-      Add(where + ".output", "", "no node is named " + internal::Quote(output));
+      Add(where + ".output", "",
+          outer.count(last) ? "the output must be a node, not the input " + internal::Quote(last)
+                            : "no node is named " + internal::Quote(output));
       return std::nullopt;
     }
     return values.at(last);
@@ -694,8 +740,13 @@ class Compiler {
       Add(at, n.name, problem + context);
       return std::nullopt;
     }
-    if (Elements(op.shape.dims) > kMaxNumel) {
-      Add(at, n.name, "its output " + op.shape.ToString() + " is larger than 2^40 elements");
+    if (Elements(op.shape.dims) > kMaxNumel || op.shape.rank() > kMaxRank + 1) {
+      Add(at, n.name,
+          "its output " + op.shape.ToString() + " is larger than 2^40 elements or 8 dimensions");
+      return std::nullopt;
+    }
+    if (op.parameters < 0) {
+      Add(at, n.name, "it would hold more than 2^40 parameters");
       return std::nullopt;
     }
     if (op.parameters > 0 || op.shared >= 0) op.module = prefix + n.name;
@@ -764,6 +815,7 @@ class Compiler {
   const GraphSpec& g_;
   Problems* problems_;
   CompiledGraph* out_ = nullptr;
+  std::set<std::string> lines_;  // the problems recorded
 };
 
 }  // namespace

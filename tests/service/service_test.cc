@@ -189,6 +189,8 @@ TEST(ServiceTest, LocalTrainsGptAndLlamaGraphsAsOneProcessDoes) {
     EXPECT_EQ(job->Find("state")->string_value(), "SUCCEEDED");
     EXPECT_EQ(job->Find("world_size")->int_value(), 2);
     EXPECT_NEAR(job->Find("last_eval")->Find("loss")->number_value(), want_loss, 1e-5 * want_loss);
+    EXPECT_NE(r.err.find("trainyard local: " + name + ": graph ("), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(" forward FLOPs per sample)"), std::string::npos) << r.err;
   }
 }
 

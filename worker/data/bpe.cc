@@ -146,6 +146,11 @@ StatusOr<BpeTokenizer> BpeTokenizer::Load(const std::string& path) {
       return bad("model.merges[" + std::to_string(r) + "] = " + m.Dump().substr(0, 60) +
                  " is not a pair of tokens");
     }
+    if (!t.vocab_.count(pair.first) || !t.vocab_.count(pair.second) ||
+        !t.vocab_.count(pair.first + pair.second)) {
+      return bad("model.merges[" + std::to_string(r) + "] = " + m.Dump().substr(0, 60) +
+                 " merges tokens that model.vocab lacks (or makes one it lacks)");
+    }
     t.ranks_.emplace(std::move(pair), static_cast<int64_t>(r));
   }
   // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for U+0100 on.

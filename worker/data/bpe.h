@@ -26,11 +26,12 @@ namespace trainyard::data {
 class BpeTokenizer {
  public:
   // InvalidArgument naming the path and the part of the file that is wrong (not byte-level
-  // BPE, an id outside [0, 65536), a merge of unknown tokens).
+  // BPE, an id outside [0, 65536), a merge of tokens the vocabulary lacks).
   static StatusOr<BpeTokenizer> Load(const std::string& path);
 
   // Token ids (uint16, as token files hold them). InvalidArgument when a piece's symbol has no
-  // id (a vocabulary without every byte).
+  // id (a vocabulary without every byte). Each merge round scans its piece, so a piece of n
+  // bytes (a word: text without spaces) costs O(n^2).
   StatusOr<std::vector<uint16_t>> Encode(std::string_view text) const;
 
   // One more than the largest id: the model's vocabulary size.

@@ -172,7 +172,11 @@ std::shared_ptr<Module> GraphModel::MakeModule(const spec::GraphOp& op, Generato
 
 Tensor GraphModel::Forward(const Tensor& x) {
   std::vector<Tensor> values(g_.ops.size() + 1);
-  values[0] = x;
+  // A sample of another shape with as many elements (Fashion-MNIST's (1, 28, 28) images for an
+  // input of [784]) is viewed as the input's shape.
+  values[0] = x.dim() == static_cast<int64_t>(g_.input.dims.size()) + 1
+                  ? x
+                  : ops::Reshape(x, Batched(x, g_.input.dims));
   for (size_t i = 0; i < g_.ops.size(); ++i) values[i + 1] = Run(i, values);
   return values[static_cast<size_t>(g_.output)];
 }
@@ -214,8 +218,9 @@ Tensor GraphModel::Run(size_t i, const std::vector<Tensor>& values) {
 Status GraphModel::CheckInput(const Tensor& x) const {
   const spec::ValueShape& want = g_.input;
   const DType dtype = want.int64 ? DType::kInt64 : DType::kFloat32;
-  const bool shape_ok = x.dim() == static_cast<int64_t>(want.dims.size()) + 1 &&
-                        std::equal(want.dims.begin(), want.dims.end(), x.shape().begin() + 1);
+  const bool same = x.dim() == static_cast<int64_t>(want.dims.size()) + 1 &&
+                    std::equal(want.dims.begin(), want.dims.end(), x.shape().begin() + 1);
+  const bool shape_ok = same || (x.dim() >= 1 && x.numel() == x.size(0) * want.numel());
   if (!shape_ok || x.dtype() != dtype) {
     return InvalidArgumentError("graph: input is " + x.shape().ToString() + " " +
                                 DTypeName(x.dtype()) + "; it must be " + want.ToString() + " " +
@@ -224,7 +229,7 @@ Status GraphModel::CheckInput(const Tensor& x) const {
   if (!want.int64) return OkStatus();
   const std::vector<int64_t> ids = ToVector<int64_t>(x);
   for (const spec::GraphOp& op : g_.ops) {
-    if (op.node.op != "embedding" || op.inputs[0] != 0) continue;
+    if (op.node.op != "embedding") continue;  // every int64 value is the input's ids
     for (int64_t id : ids) {
       if (id < 0 || id >= op.node.num_embeddings) {
         return InvalidArgumentError("graph: token id " + std::to_string(id) + " must lie in [0, " +

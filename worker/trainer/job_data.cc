@@ -96,7 +96,9 @@ StatusOr<JobData> LoadBpeText(const spec::JobSpec& spec, const std::string& text
   StatusOr<data::BpeTokenizer> bpe = data::BpeTokenizer::Load(t.tokenizer);
   if (!bpe.ok()) return InField("data.text.tokenizer", bpe.status());
   StatusOr<std::vector<uint16_t>> tokens = bpe->Encode(text);
-  if (!tokens.ok()) return InField("data.text.path (" + t.path + ")", tokens.status());
+  if (!tokens.ok()) {
+    return InField("data.text.tokenizer (" + t.tokenizer + ") on " + t.path, tokens.status());
+  }
   const size_t count = tokens->size();
   ASSIGN_OR_RETURN(JobData out, TokenWindows("data.text.path (" + t.path + ")", std::move(*tokens),
                                              t.eval_fraction, spec.model));

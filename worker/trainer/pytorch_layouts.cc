@@ -48,7 +48,7 @@ nn::NamedTensors FromPyTorchLayouts(nn::NamedTensors file, const nn::Module& mod
       ++dropped;
       continue;
     }
-    if (gpt2 && IsConv1D(name)) t = ops::Contiguous(ops::Transpose(t, 0, 1));
+    if (gpt2 && IsConv1D(name) && t.dim() == 2) t = ops::Contiguous(ops::Transpose(t, 0, 1));
     out.emplace_back(std::move(name), std::move(t));
   }
   if (note != nullptr) {

@@ -186,8 +186,8 @@ Status Trainer::BuildModel() {
 Status Trainer::CheckGraphClasses() const {
   const spec::CompiledGraph& g = static_cast<const nn::GraphModel&>(*model_).graph();
   for (const spec::GraphOp& op : g.ops) {
-    if (op.node.op == "embedding" && op.inputs[0] == 0 &&
-        op.node.num_embeddings < data_.num_classes) {
+    // Token ids reach embeddings only (position embeddings read no ids).
+    if (op.node.op == "embedding" && op.node.num_embeddings < data_.num_classes) {
       return InvalidArgumentError(
           op.where + ".num_embeddings = " + std::to_string(op.node.num_embeddings) +
           ": fewer than the data's " + std::to_string(data_.num_classes) + " tokens");

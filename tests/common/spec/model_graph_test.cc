@@ -169,6 +169,79 @@ TEST(ModelGraphTest, TheGraphMustFitItsData) {
   EXPECT_EQ(again->model.graph.blocks[0].nodes[2].heads, 2);
 }
 
+TEST(ModelGraphTest, HugeAndDeepGraphsAreCheckedWithoutRecursionOrQuadraticWork) {
+  // 50,000 nodes written last first: each reads the one after it.
+  std::string chain;
+  const int n = 50000;
+  for (int i = 0; i < n; ++i) {
+    chain += std::string(i ? "," : "") + R"({"name": "n)" + std::to_string(i) +
+             R"(", "op": "relu", "inputs": [")" +
+             (i + 1 < n ? "n" + std::to_string(i + 1) : std::string("x")) + R"("]})";
+  }
+  StatusOr<GraphSpec> graph = ParseGraphSpec(ParseOrDie(Graph(chain, R"(, "output": "n0")")));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  StatusOr<CompiledGraph> g = CompileGraph(*graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->ops.front().node.name, "n49999");
+  // Every node broken: the first 100 problems are named.
+  std::string broken;
+  for (int i = 0; i < 5000; ++i)
+    broken += std::string(i ? "," : "") + R"({"name": "b)" + std::to_string(i) +
+              R"(", "op": "nope", "inputs": ["x"]})";
+  graph = ParseGraphSpec(ParseOrDie(Graph(broken)));
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().field_violations().size(), 100u);
+}
+
+TEST(ModelGraphTest, OutputsSharesBlocksAndRanksThatCannotBeAreNamed) {
+  EXPECT_THAT(
+      GraphProblems(Graph(R"({"name": "r", "op": "relu", "inputs": ["x"]})", R"(, "output": "x")")),
+      HasSubstr("model.graph.output: the output must be a node, not the input \"x\""));
+  EXPECT_THAT(GraphProblems(Graph(R"({"name": "fc", "op": "linear", "inputs": ["x"],
+                                      "out_features": 8, "share": "x"})")),
+              HasSubstr("nodes[0].share (fc): shares the weight of \"x\", which is no node of "
+                        "this graph (an input has no weight)"));
+  EXPECT_THAT(GraphProblems(Graph(R"({"name": "r", "op": "relu", "inputs": ["x"]})",
+                                  R"(, "blocks": [{"name": "spare", "nodes": [
+                                        {"name": "q", "op": "nope", "inputs": ["x"]}]}])")),
+              HasSubstr("model.graph.blocks[0]: block spare is run by no node"));
+  EXPECT_THAT(GraphProblems(Graph(R"({"name": "r", "op": "reshape", "inputs": ["x"],
+                                      "shape": [1, 1, 1, 1, 1, 1, 1, 8]})")),
+              HasSubstr("reshape: shape needs 1 to 7 entries"));
+}
+
+TEST(ModelGraphTest, TheOutputMustFitTheLossAndBatchNormItsBatch) {
+  Json job = ParseOrDie(R"({"name": "g", "data": {"tokens": {"path": "t.bin"}},
+                           "optimizer": {"sgd": {"lr": 0.1}}})");
+  job.Set("model", Json::Object({{"graph", ParseOrDie(R"({
+      "input": {"name": "idx", "dtype": "int64", "shape": [16]},
+      "nodes": [{"name": "e", "op": "embedding", "inputs": ["idx"], "num_embeddings": 50,
+                 "embedding_dim": 8},
+                {"name": "f", "op": "flatten", "inputs": ["e"]},
+                {"name": "out", "op": "linear", "inputs": ["f"], "out_features": 50}]})")}}));
+  StatusOr<JobSpec> spec = ParseJobSpec(job);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("model.graph.output: is (B, 50); data.tokens needs logits for every "
+                        "position: (B, 16, vocabulary)"));
+  job = ParseOrDie(R"({"name": "g", "data": {"fashion_mnist": {}}, "batch_size": 1,
+                      "optimizer": {"sgd": {"lr": 0.1}}})");
+  job.Set("model", Json::Object({{"graph", ParseOrDie(R"({
+      "input": {"name": "x", "shape": [1, 28, 28]},
+      "nodes": [{"name": "c", "op": "conv2d", "inputs": ["x"], "out_channels": 4,
+                 "kernel_size": 28},
+                {"name": "bn", "op": "batch_norm", "inputs": ["c"]},
+                {"name": "f", "op": "flatten", "inputs": ["bn"]},
+                {"name": "fc", "op": "linear", "inputs": ["f"], "out_features": 10}]})")}}));
+  spec = ParseJobSpec(job);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("batch_size: 1 leaves model.graph.nodes[1] (batch_norm) one value per "
+                        "channel of (B, 4, 1, 1)"));
+  testing::SetPath(&job, "batch_size", 2);
+  EXPECT_TRUE(ParseJobSpec(job).ok());
+}
+
 TEST(ModelGraphTest, LlamaAndBpeFieldsAreChecked) {
   Json job = ParseOrDie(R"({"name": "l", "data": {"text": {"path": "t.txt"}},
                            "optimizer": {"sgd": {"lr": 0.1}},

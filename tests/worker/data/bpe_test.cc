@@ -57,6 +57,12 @@ TEST(BpeTest, AFileThatIsNotByteLevelBpeIsNamed) {
   bpe = BpeTokenizer::Load(path);
   ASSERT_FALSE(bpe.ok());
   EXPECT_THAT(bpe.status().message(), HasSubstr("model.vocab[\"a\"] = 70000"));
+  std::ofstream(path) << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1},
+                            "merges": ["a b"]}, "pre_tokenizer": {"type": "ByteLevel"}})";
+  bpe = BpeTokenizer::Load(path);
+  ASSERT_FALSE(bpe.ok());
+  EXPECT_THAT(bpe.status().message(),
+              HasSubstr("model.merges[0] = \"a b\" merges tokens that model.vocab lacks"));
   EXPECT_FALSE(BpeTokenizer::Load(dir.path() + "/missing.json").ok());
 }
 
