@@ -237,6 +237,10 @@ Status CheckpointManager::SaveTensors(const nn::NamedTensors& model,
   Status s = WriteContents(tmp, model, optimizer_state, manifest);
   if (!s.ok()) {
     RemoveAllOrWarn(tmp);
+    // A newer attempt clears the temporary directories it finds, ours included: then the
+    // refusal is the cause to name, not the file that vanished.
+    const Status fenced = fence_.Commit(name, [] { return OkStatus(); });
+    if (fenced.code() == StatusCode::kFailedPrecondition) return fenced;
     return s.WithContext("saving checkpoint " + Quoted(dir_ + "/" + name));
   }
   if (before_commit) before_commit();
