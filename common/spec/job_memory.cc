@@ -208,18 +208,28 @@ int64_t GptVocab(const GptSpec& g, int64_t data_vocab) {
   return g.vocab_size > 0 ? g.vocab_size : std::max<int64_t>(data_vocab, 1);
 }
 
-std::vector<int64_t> ParameterSizes(const JobSpec& spec, int64_t vocab) {
+// A model graph's program (model.graph, model.llama), compiled once per estimate; nothing for
+// the other models.
+std::optional<CompiledGraph> CompiledModelGraph(const ModelSpec& m, int64_t vocab) {
+  std::optional<GraphSpec> graph = ModelGraph(m, vocab);
+  if (!graph) return std::nullopt;
+  StatusOr<CompiledGraph> g = CompileGraph(*graph);
+  if (!g.ok()) return std::nullopt;
+  return std::move(g).value();
+}
+
+// `graph`: the model's CompiledModelGraph, if it is one.
+std::vector<int64_t> ParameterSizes(const JobSpec& spec, int64_t vocab,
+                                    const CompiledGraph* graph) {
   const ModelSpec& m = spec.model;
   if (m.arch == "mlp") return MlpParameters(m.mlp);
   if (m.arch == "cnn") return CnnParameters(m.cnn);
   if (m.arch == "resnet") return ResNetParameters(m.resnet);
   if (m.arch == "gpt") return GptParameters(m.gpt, GptVocab(m.gpt, vocab));
-  if (std::optional<GraphSpec> graph = ModelGraph(m, vocab)) {
-    StatusOr<CompiledGraph> g = CompileGraph(*graph);
+  if (graph != nullptr) {
     std::vector<int64_t> sizes;
-    if (g.ok())
-      for (const GraphOp& op : g->ops)
-        if (op.parameters > 0) sizes.push_back(op.parameters);
+    for (const GraphOp& op : graph->ops)
+      if (op.parameters > 0) sizes.push_back(op.parameters);
     return sizes;
   }
   return {};
@@ -228,22 +238,18 @@ std::vector<int64_t> ParameterSizes(const JobSpec& spec, int64_t vocab) {
 // A graph's activations: in training every op's output is kept for backward (and each
 // attention's weights, T x S per head); in evaluation the batch and the widest op's input and
 // output live at once.
-double GraphActivations(const ModelSpec& m, double n, bool train, int64_t vocab) {
-  std::optional<GraphSpec> graph = ModelGraph(m, vocab);
-  if (!graph) return 0;
-  StatusOr<CompiledGraph> g = CompileGraph(*graph);
-  if (!g.ok()) return 0;
+double GraphActivations(const CompiledGraph& g, double n, bool train) {
   double kept = 0, widest = 0;
-  for (const GraphOp& op : g->ops) {
+  for (const GraphOp& op : g.ops) {
     double out = 4 * n * static_cast<double>(op.shape.numel());
     if (op.node.op == "attention") {  // (heads, T, S) weights
-      const int64_t t = op.shape.dims[0], keys = g->shape_of(op.inputs.back()).dims[0];
+      const int64_t t = op.shape.dims[0], keys = g.shape_of(op.inputs.back()).dims[0];
       out += 4 * n * static_cast<double>(op.node.heads) * static_cast<double>(t * keys);
     }
     kept += out;
-    widest = std::max(widest, out + 4 * n * static_cast<double>(g->shape_of(op.inputs[0]).numel()));
+    widest = std::max(widest, out + 4 * n * static_cast<double>(g.shape_of(op.inputs[0]).numel()));
   }
-  const double batch = 8 * n * static_cast<double>(g->input.numel());
+  const double batch = 8 * n * static_cast<double>(g.input.numel());
   return batch + (train ? kept : widest);
 }
 
@@ -644,19 +650,21 @@ double EvalActivations(const JobSpec& spec, double n) {
   return batch + 8 * n + widest;
 }
 
-double TrainActivations(const JobSpec& spec, const Precision& p, double n, int64_t vocab) {
+double TrainActivations(const JobSpec& spec, const Precision& p, double n, int64_t vocab,
+                        const CompiledGraph* graph) {
   const ModelSpec& m = spec.model;
   if (m.arch == "mlp") return MlpActivations(m.mlp, p, n);
   if (m.arch == "cnn") return CnnActivations(m.cnn, p, n);
   if (m.arch == "resnet") return ResNetActivations(m.resnet, p, n);
   if (m.arch == "gpt") return GptTrainActivations(spec, p, GptDimsOf(m.gpt, n, vocab));
-  if (ModelGraph(m)) return GraphActivations(m, n, /*train=*/true, vocab);
+  if (graph != nullptr) return GraphActivations(*graph, n, /*train=*/true);
   return 0;
 }
 
-double EvalPeak(const JobSpec& spec, const Precision& p, double n, int64_t vocab) {
+double EvalPeak(const JobSpec& spec, const Precision& p, double n, int64_t vocab,
+                const CompiledGraph* graph) {
   const ModelSpec& m = spec.model;
-  if (ModelGraph(m)) return GraphActivations(m, n, /*train=*/false, vocab);
+  if (graph != nullptr) return GraphActivations(*graph, n, /*train=*/false);
   if (m.arch != "gpt") return EvalActivations(spec, n);
   return GptEvalActivations(p, GptDimsOf(m.gpt, n, vocab));
 }
@@ -702,7 +710,9 @@ std::string MemoryEstimate::Describe() const {
 
 MemoryEstimate EstimateRankMemory(const JobSpec& spec, int64_t vocab_size) {
   MemoryEstimate m;
-  const std::vector<int64_t> sizes = ParameterSizes(spec, vocab_size);
+  const std::optional<CompiledGraph> compiled = CompiledModelGraph(spec.model, vocab_size);
+  const CompiledGraph* graph = compiled ? &*compiled : nullptr;
+  const std::vector<int64_t> sizes = ParameterSizes(spec, vocab_size, graph);
   for (int64_t n : sizes) m.parameters = SatAdd(m.parameters, n);
   m.weights_bytes = SatAdd(SatMul(m.parameters, 4), BufferBytes(spec));
   SetGradientsAndOptimizer(spec, sizes, m.parameters, &m);
@@ -710,8 +720,8 @@ MemoryEstimate EstimateRankMemory(const JobSpec& spec, int64_t vocab_size) {
   const double batch = static_cast<double>(spec.batch_size);
   const double eval_batch =
       static_cast<double>(spec.eval.batch_size > 0 ? spec.eval.batch_size : spec.batch_size);
-  m.activations_bytes = Clamp(std::max(TrainActivations(spec, p, batch, vocab_size),
-                                       EvalPeak(spec, p, eval_batch, vocab_size)));
+  m.activations_bytes = Clamp(std::max(TrainActivations(spec, p, batch, vocab_size, graph),
+                                       EvalPeak(spec, p, eval_batch, vocab_size, graph)));
   m.optimizer = OptimizerName(spec.optimizer);
   m.batch = BatchName(spec);
   return m;

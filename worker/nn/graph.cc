@@ -54,10 +54,11 @@ Tensor Attention(const spec::GraphNodeSpec& n, const std::vector<Tensor>& in) {
 
 // Rotary position embeddings as Hugging Face's LLaMA applies them (rotate_half): each head's
 // first and second halves form the pairs (x1, x2) rotated by position t times the frequency
-// theta^(-2i / head size), computed in float32 as LlamaRotaryEmbedding does.
-// x: (B, T, heads x hs) -> the same shape.
-Tensor Rotary(const Tensor& x, int64_t heads, double theta) {
-  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), hs = c / heads, half = hs / 2;
+// theta^(-2i / head size). The tables, (T, 1, hs) to broadcast over batch and heads, are
+// computed in float32 as LlamaRotaryEmbedding does, then put on `device` in `dtype`.
+GraphModel::RotaryTables MakeRotaryTables(int64_t t, int64_t hs, double theta, Device device,
+                                          DType dtype) {
+  const int64_t half = hs / 2;
   std::vector<float> cos(static_cast<size_t>(t * hs)), sin(cos.size());
   for (int64_t i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(hs);
@@ -71,14 +72,20 @@ Tensor Rotary(const Tensor& x, int64_t heads, double theta) {
     }
   }
   auto table = [&](const std::vector<float>& v) {
-    const Tensor host = FromVector<float>(v, {t, 1, hs});  // broadcasts over batch and heads
-    return x.device() == host.device() ? host : CopyToDevice(host, x.device());
+    Tensor host = FromVector<float>(v, {t, 1, hs});
+    if (!(host.device() == device)) host = CopyToDevice(host, device);
+    return ops::To(host, dtype);
   };
+  return {table(cos), table(sin)};
+}
+
+// x: (B, T, heads x hs) -> the same shape, rotated by MakeRotaryTables' tables for T.
+Tensor Rotary(const Tensor& x, int64_t heads, const GraphModel::RotaryTables& tables) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), hs = c / heads, half = hs / 2;
   const Tensor h = ops::Reshape(x, {b, t, heads, hs});
   const Tensor rotated =
       ops::Cat({ops::Neg(ops::Narrow(h, 3, half, half)), ops::Narrow(h, 3, 0, half)}, 3);
-  const Tensor out = ops::Add(ops::Mul(h, ops::To(table(cos), x.dtype())),
-                              ops::Mul(rotated, ops::To(table(sin), x.dtype())));
+  const Tensor out = ops::Add(ops::Mul(h, tables.cos), ops::Mul(rotated, tables.sin));
   return ops::Reshape(out, {b, t, c});
 }
 
@@ -111,6 +118,7 @@ GraphModel::GraphModel(spec::CompiledGraph graph, Generator* gen)
   // Made in run order (an owner before the linear that shares its weight), registered in the
   // order the graph is written.
   modules_.resize(g_.ops.size());
+  rotary_.resize(g_.ops.size());
   std::vector<size_t> written;
   for (size_t i = 0; i < g_.ops.size(); ++i) {
     modules_[i] = MakeModule(g_.ops[i], gen_);
@@ -207,7 +215,15 @@ Tensor GraphModel::Run(size_t i, const std::vector<Tensor>& values) {
   if (o == "transpose") return ops::Transpose(x, n.dims[0], n.dims[1]);
   if (o == "softmax") return ops::Softmax(x, n.dim);
   if (o == "attention") return Attention(n, in);
-  if (o == "rotary") return Rotary(x, n.heads, n.theta);
+  if (o == "rotary") {
+    // The tables depend on T, the device and the dtype only: made once, not every step.
+    RotaryTables& tables = rotary_[i];
+    if (!tables.cos.defined() || tables.cos.size(0) != x.size(1) ||
+        !(tables.cos.device() == x.device()) || tables.cos.dtype() != x.dtype()) {
+      tables = MakeRotaryTables(x.size(1), x.size(2) / n.heads, n.theta, x.device(), x.dtype());
+    }
+    return Rotary(x, n.heads, tables);
+  }
   if (o == "max_pool2d") return ops::MaxPool2d(x, n.kernel_size, n.stride, n.padding);
   if (o == "avg_pool2d") return ops::AvgPool2d(x, n.kernel_size, n.stride, n.padding);
   if (o == "adaptive_avg_pool2d") return ops::AdaptiveAvgPool2d(x, 1);

@@ -47,6 +47,11 @@ class GraphModel : public Module {
 
   const spec::CompiledGraph& graph() const { return g_; }
 
+  // A rotary op's cos and sin for one sequence length, device and dtype.
+  struct RotaryTables {
+    Tensor cos, sin;
+  };
+
  private:
   // Registers `module` under its dotted path, making the containers on the way.
   void Place(const std::string& path, std::shared_ptr<Module> module);
@@ -56,6 +61,7 @@ class GraphModel : public Module {
   spec::CompiledGraph g_;
   Generator* gen_;
   std::vector<std::shared_ptr<Module>> modules_;  // per op; null where it has no parameters
+  std::vector<RotaryTables> rotary_;              // per op; a rotary op's, for the last T
 };
 
 // Compiles the graph (InvalidArgument naming every problem) and builds the model.
